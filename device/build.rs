@@ -1,0 +1,19 @@
+//! Compiles the emulator runtime (`emu/runtime.cpp`) into a static library linked into every
+//! crate that depends on symcomm-device.
+fn main() {
+    println!("cargo:rerun-if-changed=emu");
+    let dir = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| ".".into());
+    cc::Build::new()
+        .cpp(true)
+        .std("c++17")
+        .file("emu/runtime.cpp")
+        .include("emu")
+        .define("SYMCOMM_EMU", None)
+        .flag("-include")
+        .flag(format!("{dir}/emu/symcomm_emu.h"))
+        .warnings(true)
+        .extra_warnings(true)
+        .flag("-Werror")
+        .compile("symcomm_emu_rt");
+    println!("cargo:rustc-link-lib=pthread");
+}

@@ -1,0 +1,665 @@
+//! The build helper: compiles CUDA C++ kernel files for both backends from a build script.
+//!
+//! ```no_run
+//! // build.rs of a crate with kernels in `kernels/*.cu`:
+//! let built = symcomm_device::build::DeviceBuild::new("my_kernels")
+//!     .sources_in("kernels")
+//!     .and_then(|b| b.compile());
+//! if let Err(e) = built {
+//!     eprintln!("{e}");
+//!     std::process::exit(1);
+//! }
+//! // lib.rs: include!(concat!(env!("OUT_DIR"), "/my_kernels_device_image.rs"));
+//! // defines `pub static DEVICE_IMAGE: symcomm_device::image::DeviceImage`.
+//! ```
+//!
+//! For every `.cu` file:
+//! - **nvcc** (found by [`crate::toolchain::find_nvcc`]): one fatbin with SASS for `sm_80`,
+//!   `sm_90` and PTX for `compute_90`; the `-Xptxas -v` report is parsed per kernel and
+//!   architecture, and with [`DeviceBuild::deny_spills`] a spilling kernel fails the build.
+//!   Without nvcc the build still succeeds with a cargo warning; the sources (and every header in
+//!   the include directories) are embedded so that the host can compile them with NVRTC at run
+//!   time.
+//! - **emulator**: the host C++ compiler (`cc` crate) with `-DSYMCOMM_EMU` and the shim
+//!   `symcomm_emu.h` force-included, into a static library linked into the crate.
+//!
+//! Kernels are `extern "C" __global__` functions followed by `SYMCOMM_EMU_KERNEL(name)`; the
+//! helper finds them by that marker.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::toolchain::{self, Nvcc, NvccSearch};
+use crate::{EMU_DIR, Error, INCLUDE_DIR};
+
+/// SASS targets of every fatbin.
+pub const SASS_ARCHS: &[&str] = &["sm_80", "sm_90"];
+/// PTX target of every fatbin (JIT-compiled by the driver on newer GPUs).
+pub const PTX_ARCH: &str = "compute_90";
+
+/// Configuration of one device build (see the module docs).
+#[derive(Debug, Clone)]
+pub struct DeviceBuild {
+    name: String,
+    sources: Vec<PathBuf>,
+    includes: Vec<PathBuf>,
+    deny_spills: bool,
+}
+
+/// A ptxas report entry with owned strings (the build-time form of [`crate::image::KernelReport`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PtxasEntry {
+    /// Kernel entry name.
+    pub kernel: String,
+    /// Target architecture.
+    pub arch: String,
+    /// Registers per thread.
+    pub registers: u32,
+    /// Stack frame bytes.
+    pub stack_bytes: u32,
+    /// Spill store bytes.
+    pub spill_stores: u32,
+    /// Spill load bytes.
+    pub spill_loads: u32,
+    /// Static shared memory bytes.
+    pub shared_bytes: u32,
+    /// Constant bank 0 bytes.
+    pub const_bytes: u32,
+}
+
+/// What [`DeviceBuild::compile`] produced.
+#[derive(Debug)]
+pub struct BuildOutput {
+    /// The generated Rust file defining `DEVICE_IMAGE` (to `include!`).
+    pub image_rs: PathBuf,
+    /// The nvcc used, if any.
+    pub nvcc: Option<Nvcc>,
+    /// ptxas report of every kernel on every SASS architecture (empty without nvcc).
+    pub report: Vec<PtxasEntry>,
+}
+
+impl DeviceBuild {
+    /// A build named `name` (used for the library and the generated file's names), with the
+    /// symcomm headers on the include path.
+    pub fn new(name: &str) -> Self {
+        DeviceBuild {
+            name: name.to_owned(),
+            sources: Vec::new(),
+            includes: vec![PathBuf::from(INCLUDE_DIR)],
+            deny_spills: false,
+        }
+    }
+
+    /// Adds one `.cu` file.
+    pub fn source(mut self, path: impl Into<PathBuf>) -> Self {
+        self.sources.push(path.into());
+        self
+    }
+
+    /// Adds every `.cu` file of `dir` (not recursive), in name order.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the directory cannot be read.
+    pub fn sources_in(mut self, dir: impl AsRef<Path>) -> Result<Self, Error> {
+        let dir = dir.as_ref();
+        let io = |source| Error::Io {
+            path: dir.to_owned(),
+            source,
+        };
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(io)? {
+            let path = entry.map_err(io)?.path();
+            if path.extension().is_some_and(|e| e == "cu") {
+                found.push(path);
+            }
+        }
+        found.sort();
+        self.sources.extend(found);
+        Ok(self)
+    }
+
+    /// Adds an include directory (for nvcc, the emulator, and the embedded NVRTC headers).
+    pub fn include(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.includes.push(dir.into());
+        self
+    }
+
+    /// Fails the build when ptxas reports spills in any kernel (symcomm's own kernels use this).
+    pub fn deny_spills(mut self, deny: bool) -> Self {
+        self.deny_spills = deny;
+        self
+    }
+
+    /// Compiles everything (see the module docs) and writes `<OUT_DIR>/<name>_device_image.rs`.
+    ///
+    /// # Errors
+    /// A failing compiler ([`Error::CompileFailed`]), spills with `deny_spills`
+    /// ([`Error::Spills`]), unreadable sources ([`Error::Io`]), or a missing `OUT_DIR`.
+    pub fn compile(&self) -> Result<BuildOutput, Error> {
+        let out_dir =
+            PathBuf::from(std::env::var_os("OUT_DIR").ok_or(Error::MissingEnv("OUT_DIR"))?);
+        for var in [
+            "SYMCOMM_NVCC",
+            "CUDA_HOME",
+            "PATH",
+            "SYMCOMM_CUDA_CACHE",
+            "XDG_CACHE_HOME",
+            "HOME",
+        ] {
+            println!("cargo:rerun-if-env-changed={var}");
+        }
+        let headers = self.headers()?;
+        for p in self.sources.iter().chain(headers.iter().map(|(p, _)| p)) {
+            println!("cargo:rerun-if-changed={}", p.display());
+        }
+        println!("cargo:rerun-if-changed={EMU_DIR}");
+
+        let mut kernels = Vec::new();
+        for src in &self.sources {
+            let text = read(src)?;
+            kernels.push(kernel_names(&text));
+        }
+
+        self.compile_emulator(&out_dir)?;
+
+        let (nvcc, reason) = match toolchain::find_nvcc() {
+            NvccSearch::Found(n) => (Some(n), String::new()),
+            NvccSearch::Disabled => (None, "SYMCOMM_NVCC=none".to_owned()),
+            NvccSearch::NotFound => (
+                None,
+                "no nvcc in SYMCOMM_NVCC, CUDA_HOME, PATH or the pinned cache (scripts/install-cuda)".to_owned(),
+            ),
+        };
+        let mut fatbins = Vec::new();
+        let mut report = Vec::new();
+        let mut ptx_isa = None;
+        let mut version = String::new();
+        if let Some(nvcc) = &nvcc {
+            version = nvcc_version(nvcc)?;
+            for src in &self.sources {
+                let (fatbin, entries, isa) = self.compile_fatbin(nvcc, src, &out_dir)?;
+                fatbins.push(Some(fatbin));
+                report.extend(entries);
+                ptx_isa = ptx_isa.or(isa);
+            }
+            if self.deny_spills {
+                if let Some(e) = report
+                    .iter()
+                    .find(|e| e.spill_stores > 0 || e.spill_loads > 0)
+                {
+                    return Err(Error::Spills {
+                        kernel: e.kernel.clone(),
+                        arch: e.arch.clone(),
+                        stores: e.spill_stores,
+                        loads: e.spill_loads,
+                    });
+                }
+            }
+        } else {
+            println!(
+                "cargo:warning=symcomm: building `{}` without nvcc ({reason}); kernels will be compiled with NVRTC at run time on a GPU, the emulator works as usual",
+                self.name
+            );
+            fatbins.resize(self.sources.len(), None);
+        }
+
+        let image_rs = out_dir.join(format!("{}_device_image.rs", self.name));
+        let code = self.render(
+            &kernels,
+            &fatbins,
+            &headers,
+            nvcc.as_ref(),
+            &version,
+            &reason,
+            ptx_isa,
+            &report,
+        );
+        std::fs::write(&image_rs, code).map_err(|source| Error::Io {
+            path: image_rs.clone(),
+            source,
+        })?;
+        Ok(BuildOutput {
+            image_rs,
+            nvcc,
+            report,
+        })
+    }
+
+    /// Every header under the include directories: (path, include name).
+    fn headers(&self) -> Result<Vec<(PathBuf, String)>, Error> {
+        let mut out = Vec::new();
+        for dir in &self.includes {
+            walk(dir, dir, &mut out)?;
+        }
+        out.sort_by(|a, b| a.1.cmp(&b.1));
+        out.dedup_by(|a, b| a.1 == b.1);
+        Ok(out)
+    }
+
+    fn compile_emulator(&self, out_dir: &Path) -> Result<(), Error> {
+        // Each .cu is compiled through a one-line C++ wrapper so the host compiler sees C++.
+        let wrap_dir = out_dir.join("emu");
+        std::fs::create_dir_all(&wrap_dir).map_err(|source| Error::Io {
+            path: wrap_dir.clone(),
+            source,
+        })?;
+        let mut build = cc::Build::new();
+        build
+            .cpp(true)
+            .std("c++17")
+            .define("SYMCOMM_EMU", None)
+            .include(EMU_DIR)
+            .flag("-include")
+            .flag(format!("{EMU_DIR}/symcomm_emu.h"))
+            .warnings(true)
+            .cargo_warnings(true);
+        for dir in &self.includes {
+            build.include(dir);
+        }
+        for src in &self.sources {
+            let abs = std::fs::canonicalize(src).map_err(|source| Error::Io {
+                path: src.clone(),
+                source,
+            })?;
+            let stem = src
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let wrapper = wrap_dir.join(format!("{stem}.emu.cpp"));
+            let text = format!("#include \"{}\"\n", abs.display());
+            std::fs::write(&wrapper, text).map_err(|source| Error::Io {
+                path: wrapper.clone(),
+                source,
+            })?;
+            build.file(&wrapper);
+        }
+        build
+            .try_compile(&format!("{}_emu", self.name))
+            .map_err(|e| Error::CompileFailed {
+                tool: "host C++ compiler",
+                what: format!("emulator build of {}", self.name),
+                status: "failed".into(),
+                stderr: e.to_string(),
+            })
+    }
+
+    fn compile_fatbin(
+        &self,
+        nvcc: &Nvcc,
+        src: &Path,
+        out_dir: &Path,
+    ) -> Result<(PathBuf, Vec<PtxasEntry>, Option<String>), Error> {
+        let stem = src
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let fatbin = out_dir.join(format!("{stem}.fatbin"));
+        let keep = out_dir.join(format!("nvcc-{stem}"));
+        std::fs::create_dir_all(&keep).map_err(|source| Error::Io {
+            path: keep.clone(),
+            source,
+        })?;
+        let mut cmd = Command::new(&nvcc.path);
+        cmd.arg("-fatbin")
+            .arg("-std=c++17")
+            .arg("-O3")
+            .arg("-Xptxas")
+            .arg("-v");
+        for arch in SASS_ARCHS {
+            let num = arch.trim_start_matches("sm_");
+            cmd.arg(format!("-gencode=arch=compute_{num},code={arch}"));
+        }
+        cmd.arg(format!("-gencode=arch={PTX_ARCH},code={PTX_ARCH}"));
+        for dir in &self.includes {
+            cmd.arg("-I").arg(dir);
+        }
+        cmd.arg("--keep").arg("--keep-dir").arg(&keep);
+        cmd.arg("-o").arg(&fatbin).arg(src);
+        let out = cmd.output().map_err(|source| Error::ToolStart {
+            tool: "nvcc",
+            path: nvcc.path.clone(),
+            source,
+        })?;
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if !out.status.success() {
+            return Err(Error::CompileFailed {
+                tool: "nvcc",
+                what: src.display().to_string(),
+                status: out.status.to_string(),
+                stderr,
+            });
+        }
+        std::fs::write(out_dir.join(format!("{stem}.ptxas.txt")), &stderr).map_err(|source| {
+            Error::Io {
+                path: out_dir.to_owned(),
+                source,
+            }
+        })?;
+        let ptx_isa = std::fs::read_dir(&keep)
+            .ok()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "ptx"))
+            .find_map(|p| {
+                std::fs::read_to_string(p)
+                    .ok()
+                    .and_then(|t| ptx_version(&t))
+            });
+        Ok((fatbin, parse_ptxas_report(&stderr), ptx_isa))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn render(
+        &self,
+        kernels: &[Vec<String>],
+        fatbins: &[Option<PathBuf>],
+        headers: &[(PathBuf, String)],
+        nvcc: Option<&Nvcc>,
+        version: &str,
+        reason: &str,
+        ptx_isa: Option<String>,
+        report: &[PtxasEntry],
+    ) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "// Generated by symcomm_device::build for `{}`. Do not edit.",
+            self.name
+        );
+        let all: BTreeSet<&String> = kernels.iter().flatten().collect();
+        let _ = writeln!(s, "unsafe extern \"C\" {{");
+        for k in &all {
+            let _ = writeln!(
+                s,
+                "    fn symcomm_emu_entry_{k}(args: *mut *mut ::core::ffi::c_void);"
+            );
+        }
+        let _ = writeln!(s, "}}");
+        let _ = writeln!(
+            s,
+            "/// Device code of `{}` (see `symcomm_device::image`).",
+            self.name
+        );
+        let _ = writeln!(
+            s,
+            "pub static DEVICE_IMAGE: ::symcomm_device::image::DeviceImage = ::symcomm_device::image::DeviceImage {{"
+        );
+        let _ = writeln!(s, "    name: {:?},", self.name);
+        let _ = writeln!(s, "    modules: &[");
+        for ((src, ks), fatbin) in self.sources.iter().zip(kernels).zip(fatbins) {
+            let _ = writeln!(s, "        ::symcomm_device::image::Module {{");
+            let _ = writeln!(s, "            source: {:?},", relative(src));
+            let _ = writeln!(s, "            source_name: {:?},", file_name(src));
+            match fatbin {
+                Some(f) => {
+                    let _ = writeln!(
+                        s,
+                        "            fatbin: Some(include_bytes!({:?})),",
+                        f.display().to_string()
+                    );
+                }
+                None => {
+                    let _ = writeln!(s, "            fatbin: None,");
+                }
+            }
+            let _ = writeln!(s, "            kernels: &[");
+            for k in ks {
+                let _ = writeln!(
+                    s,
+                    "                ::symcomm_device::image::Kernel {{ name: {k:?}, emu_entry: symcomm_emu_entry_{k} }},"
+                );
+            }
+            let _ = writeln!(s, "            ],");
+            let _ = writeln!(s, "        }},");
+        }
+        let _ = writeln!(s, "    ],");
+        let _ = writeln!(s, "    sources: &[");
+        for src in &self.sources {
+            let abs = std::fs::canonicalize(src).unwrap_or_else(|_| src.clone());
+            let _ = writeln!(
+                s,
+                "        ::symcomm_device::image::SourceFile {{ name: {:?}, contents: include_str!({:?}) }},",
+                file_name(src),
+                abs.display().to_string()
+            );
+        }
+        for (path, name) in headers {
+            let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+            let _ = writeln!(
+                s,
+                "        ::symcomm_device::image::SourceFile {{ name: {name:?}, contents: include_str!({:?}) }},",
+                abs.display().to_string()
+            );
+        }
+        let _ = writeln!(s, "    ],");
+        match nvcc {
+            Some(n) => {
+                let _ = writeln!(
+                    s,
+                    "    compiler: Some(::symcomm_device::image::CompilerInfo {{ nvcc: {:?}, version: {version:?}, found_via: {:?} }}),",
+                    n.path.display().to_string(),
+                    n.source.as_str()
+                );
+            }
+            None => {
+                let _ = writeln!(s, "    compiler: None,");
+            }
+        }
+        let _ = writeln!(s, "    no_compiler_reason: {reason:?},");
+        let _ = writeln!(s, "    sass_archs: &{SASS_ARCHS:?},");
+        let _ = writeln!(s, "    ptx_arch: {PTX_ARCH:?},");
+        let _ = writeln!(s, "    ptx_isa: {ptx_isa:?},");
+        let _ = writeln!(s, "    report: &[");
+        for e in report {
+            let _ = writeln!(
+                s,
+                "        ::symcomm_device::image::KernelReport {{ kernel: {:?}, arch: {:?}, registers: {}, stack_bytes: {}, spill_stores: {}, spill_loads: {}, shared_bytes: {}, const_bytes: {} }},",
+                e.kernel,
+                e.arch,
+                e.registers,
+                e.stack_bytes,
+                e.spill_stores,
+                e.spill_loads,
+                e.shared_bytes,
+                e.const_bytes
+            );
+        }
+        let _ = writeln!(s, "    ],");
+        let _ = writeln!(s, "}};");
+        s
+    }
+}
+
+fn read(p: &Path) -> Result<String, Error> {
+    std::fs::read_to_string(p).map_err(|source| Error::Io {
+        path: p.to_owned(),
+        source,
+    })
+}
+
+fn walk(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, String)>) -> Result<(), Error> {
+    let io = |source| Error::Io {
+        path: dir.to_owned(),
+        source,
+    };
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        let path = entry.map_err(io)?.path();
+        if path.is_dir() {
+            walk(root, &path, out)?;
+        } else if path
+            .extension()
+            .is_some_and(|e| e == "h" || e == "cuh" || e == "hpp")
+        {
+            let name = path
+                .strip_prefix(root)
+                .unwrap_or(&path)
+                .to_string_lossy()
+                .replace('\\', "/");
+            out.push((path, name));
+        }
+    }
+    Ok(())
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn relative(p: &Path) -> String {
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from);
+    match manifest.as_deref().and_then(|m| p.strip_prefix(m).ok()) {
+        Some(r) => r.display().to_string(),
+        None => p.display().to_string(),
+    }
+}
+
+/// Kernel names marked with `SYMCOMM_EMU_KERNEL(name)` in a source.
+pub fn kernel_names(text: &str) -> Vec<String> {
+    let re = regex::Regex::new(r"(?m)^\s*SYMCOMM_EMU_KERNEL\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)");
+    match re {
+        Ok(re) => re.captures_iter(text).map(|c| c[1].to_owned()).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// The `.version` of a PTX file (`9.0`).
+pub fn ptx_version(ptx: &str) -> Option<String> {
+    ptx.lines()
+        .find_map(|l| l.trim().strip_prefix(".version "))
+        .map(|v| v.trim().to_owned())
+}
+
+fn nvcc_version(nvcc: &Nvcc) -> Result<String, Error> {
+    let out = Command::new(&nvcc.path)
+        .arg("--version")
+        .output()
+        .map_err(|source| Error::ToolStart {
+            tool: "nvcc",
+            path: nvcc.path.clone(),
+            source,
+        })?;
+    if !out.status.success() {
+        return Err(Error::CompileFailed {
+            tool: "nvcc",
+            what: "--version".into(),
+            status: out.status.to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        });
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    Ok(text
+        .lines()
+        .find(|l| l.contains("release"))
+        .unwrap_or_else(|| text.lines().last().unwrap_or(""))
+        .trim()
+        .to_owned())
+}
+
+fn number_before(text: &str, unit: &str) -> Option<u32> {
+    let idx = text.find(unit)?;
+    text[..idx].split_whitespace().last()?.parse().ok()
+}
+
+/// Parses nvcc's `-Xptxas -v` output into one entry per (kernel, architecture).
+pub fn parse_ptxas_report(text: &str) -> Vec<PtxasEntry> {
+    let mut out = Vec::new();
+    let mut cur: Option<PtxasEntry> = None;
+    let mut props_for_cur = false;
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("ptxas info    : Compiling entry function '") {
+            if let Some(e) = cur.take() {
+                out.push(e);
+            }
+            let mut parts = rest.split('\'');
+            let kernel = parts.next().unwrap_or("").to_owned();
+            let arch = parts.nth(1).unwrap_or("").to_owned();
+            cur = Some(PtxasEntry {
+                kernel,
+                arch,
+                ..Default::default()
+            });
+            props_for_cur = false;
+        } else if let Some(name) = line.strip_prefix("ptxas info    : Function properties for ") {
+            props_for_cur = cur.as_ref().is_some_and(|c| c.kernel == name.trim());
+        } else if line.contains("bytes stack frame") {
+            if let (true, Some(c)) = (props_for_cur, cur.as_mut()) {
+                c.stack_bytes = number_before(line, "bytes stack frame").unwrap_or(0);
+                c.spill_stores = number_before(line, "bytes spill stores").unwrap_or(0);
+                c.spill_loads = number_before(line, "bytes spill loads").unwrap_or(0);
+            }
+        } else if let Some(rest) = line.strip_prefix("ptxas info    : Used ") {
+            if let Some(mut c) = cur.take() {
+                c.registers = number_before(rest, "registers").unwrap_or(0);
+                c.shared_bytes = number_before(rest, "bytes smem").unwrap_or(0);
+                c.const_bytes = number_before(rest, "bytes cmem[0]").unwrap_or(0);
+                out.push(c);
+            }
+        }
+    }
+    if let Some(e) = cur {
+        out.push(e);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_ptxas_verbose_output() {
+        let text = "ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'k' for 'sm_80'
+ptxas info    : Function properties for k
+    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 1024 bytes smem, 392 bytes cmem[0]
+ptxas info    : Compile time = 1.261 ms
+ptxas info    : Compiling entry function 'k' for 'sm_90'
+ptxas info    : Function properties for helper
+    16 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Function properties for k
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 8 registers, used 0 barriers
+";
+        let r = parse_ptxas_report(text);
+        assert_eq!(r.len(), 2);
+        assert_eq!(
+            r[0],
+            PtxasEntry {
+                kernel: "k".into(),
+                arch: "sm_80".into(),
+                registers: 40,
+                stack_bytes: 8,
+                spill_stores: 4,
+                spill_loads: 12,
+                shared_bytes: 1024,
+                const_bytes: 392
+            }
+        );
+        assert_eq!(
+            (r[1].arch.as_str(), r[1].registers, r[1].stack_bytes),
+            ("sm_90", 8, 0)
+        );
+    }
+
+    #[test]
+    fn finds_marked_kernels_only() {
+        let src = "extern \"C\" __global__ void a(int);\nSYMCOMM_EMU_KERNEL(a)\n// SYMCOMM_EMU_KERNEL(b)\n  SYMCOMM_EMU_KERNEL( c )\n";
+        assert_eq!(kernel_names(src), vec!["a".to_owned(), "c".to_owned()]);
+    }
+
+    #[test]
+    fn reads_ptx_version() {
+        assert_eq!(
+            ptx_version("//\n.version 9.0\n.target sm_90\n").as_deref(),
+            Some("9.0")
+        );
+        assert_eq!(ptx_version(".target sm_90\n"), None);
+    }
+}

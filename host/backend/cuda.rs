@@ -1,0 +1,1 @@
+//! The CUDA backend (driver API through cudarc, loaded dynamically).

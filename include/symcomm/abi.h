@@ -1,0 +1,131 @@
+/*
+ * symcomm shared ABI: the plain-data structs that the host (Rust) passes to device code by value.
+ *
+ * This header is C and C++, and compiles under nvcc, NVRTC (no C library headers there) and the
+ * host compilers (the CPU emulator). The Rust mirror is `device/src/abi.rs`, generated from this
+ * file with bindgen (`scripts/bindgen-abi`); `cargo test -p symcomm-device --test abi` regenerates
+ * it and fails on any difference, and compares field offsets printed by the C compiler with Rust's.
+ *
+ * Rules: fixed-width integer fields only (device addresses are `uint64_t`, never pointers to host
+ * state), natural alignment, no padding holes, every layout pinned by a static assertion below.
+ * Changing a layout means bumping SYMCOMM_ABI_VERSION.
+ */
+#ifndef SYMCOMM_ABI_H
+#define SYMCOMM_ABI_H
+
+#if defined(__CUDACC_RTC__)
+/* NVRTC has no C library headers; these are the LP64 definitions. */
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+#else
+#include <stdint.h>
+#endif
+
+/** Version of the layouts below; `DevComm::abi_version` carries it so a kernel can refuse a host
+ *  built against different headers. */
+#define SYMCOMM_ABI_VERSION 1u
+
+/** Signal slots per (receiving rank, sending peer) pair in the communicator's signal area. */
+#define SYMCOMM_SIGNAL_SLOTS 64u
+
+/* Status of a device-side wait or operation (also the `status` of an ErrorRecord). */
+/** Completed. */
+#define SYMCOMM_STATUS_OK 0u
+/** A bounded wait passed its deadline (`DevComm::timeout_ns`). */
+#define SYMCOMM_STATUS_TIMEOUT 1u
+/** The communicator's abort flag was raised while waiting. */
+#define SYMCOMM_STATUS_ABORTED 2u
+/** A peer called a different collective (fingerprint differs). */
+#define SYMCOMM_STATUS_MISMATCH 3u
+/** The kernel was built against a different SYMCOMM_ABI_VERSION than the host. */
+#define SYMCOMM_STATUS_ABI_MISMATCH 4u
+
+/* Operation codes recorded in ErrorRecord::op. */
+/** A signal wait (`signal_wait_until`). */
+#define SYMCOMM_OP_SIGNAL_WAIT 1u
+
+/**
+ * Device handle of a communicator (one per rank), passed to kernels by value.
+ *
+ * Signal area: rank r's signal array lives at `signal_base + r * signal_stride` (flat layout, every
+ * rank's array is addressable by every rank). Inside a rank's array, the slots written by peer p
+ * are `[p * signal_slots, (p + 1) * signal_slots)`, each a `uint64_t` that only grows (epochs are
+ * never reset in place, so back-to-back launches and graph replay stay correct).
+ */
+typedef struct DevComm {
+    /** SYMCOMM_ABI_VERSION of the host that built this handle. */
+    uint32_t abi_version;
+    /** This rank, in [0, nranks). */
+    uint32_t rank;
+    /** Ranks in the team. */
+    uint32_t nranks;
+    /** Signal slots per peer (SYMCOMM_SIGNAL_SLOTS). */
+    uint32_t signal_slots;
+    /** Device address of rank 0's signal array. */
+    uint64_t signal_base;
+    /** Bytes between consecutive ranks' signal arrays. */
+    uint64_t signal_stride;
+    /** Device address of a `uint32_t` the host sets non-zero to abort every wait. */
+    uint64_t abort_flag;
+    /** Device address of this rank's ErrorRecord (first error wins). */
+    uint64_t error;
+    /** Deadline of every bounded wait, in nanoseconds. */
+    uint64_t timeout_ns;
+} DevComm;
+
+/**
+ * Device handle of a symmetric window (untyped; C++ wraps it as `WindowHandle<T>`).
+ *
+ * Flat layout: rank r's copy starts at `base + r * stride`; each copy holds `bytes` bytes.
+ */
+typedef struct WindowHandleRaw {
+    /** Device address of rank 0's copy. */
+    uint64_t base;
+    /** Bytes between consecutive ranks' copies (>= bytes). */
+    uint64_t stride;
+    /** Usable bytes per rank. */
+    uint64_t bytes;
+    /** The owning rank of this handle. */
+    uint32_t rank;
+    /** Ranks sharing the window. */
+    uint32_t nranks;
+} WindowHandleRaw;
+
+/**
+ * First error a kernel hit on this rank, written once (status goes from OK to non-zero with an
+ * atomic compare-and-swap) and read by the host.
+ */
+typedef struct ErrorRecord {
+    /** SYMCOMM_STATUS_* (OK while no error was recorded). */
+    uint32_t status;
+    /** Rank that recorded the error. */
+    uint32_t rank;
+    /** Peer involved (the one waited for), or UINT32_MAX. */
+    uint32_t peer;
+    /** SYMCOMM_OP_* that failed. */
+    uint32_t op;
+    /** Operation-specific detail (the slot, the awaited value). */
+    uint64_t detail;
+    /** Time of the error (%globaltimer or the emulator's steady clock), nanoseconds. */
+    uint64_t time_ns;
+} ErrorRecord;
+
+/* Layout pins; the Rust mirror asserts the same numbers. */
+#if defined(__cplusplus)
+#define SYMCOMM_ABI_ASSERT(cond, msg) static_assert(cond, msg)
+#define SYMCOMM_ABI_ALIGNOF(t) alignof(t)
+#else
+#define SYMCOMM_ABI_ASSERT(cond, msg) _Static_assert(cond, msg)
+#define SYMCOMM_ABI_ALIGNOF(t) _Alignof(t)
+#endif
+SYMCOMM_ABI_ASSERT(sizeof(DevComm) == 56 && SYMCOMM_ABI_ALIGNOF(DevComm) == 8, "DevComm layout");
+SYMCOMM_ABI_ASSERT(__builtin_offsetof(DevComm, signal_base) == 16, "DevComm.signal_base");
+SYMCOMM_ABI_ASSERT(__builtin_offsetof(DevComm, timeout_ns) == 48, "DevComm.timeout_ns");
+SYMCOMM_ABI_ASSERT(sizeof(WindowHandleRaw) == 32 && SYMCOMM_ABI_ALIGNOF(WindowHandleRaw) == 8, "WindowHandleRaw layout");
+SYMCOMM_ABI_ASSERT(__builtin_offsetof(WindowHandleRaw, rank) == 24, "WindowHandleRaw.rank");
+SYMCOMM_ABI_ASSERT(sizeof(ErrorRecord) == 32 && SYMCOMM_ABI_ALIGNOF(ErrorRecord) == 8, "ErrorRecord layout");
+SYMCOMM_ABI_ASSERT(__builtin_offsetof(ErrorRecord, detail) == 16, "ErrorRecord.detail");
+#undef SYMCOMM_ABI_ASSERT
+#undef SYMCOMM_ABI_ALIGNOF
+
+#endif /* SYMCOMM_ABI_H */

@@ -1,0 +1,91 @@
+// symcomm device library: signals between ranks, bounded waits, error records.
+//
+// A signal is a 64-bit slot in the communicator's signal area that only grows (an epoch). Rank p
+// signals rank r by release-storing (or release-adding) into r's slot reserved for p; r waits with
+// acquire loads until the slot reaches a value. Slots are never reset in place, so back-to-back
+// launches and CUDA-graph replay need no host intervention: callers derive the next epoch from
+// state kept in device memory.
+//
+// Every wait is bounded, in release builds too: it polls the communicator's abort flag and a
+// deadline (`DevComm::timeout_ns`) and returns a Status instead of spinning forever. A failed wait
+// records the first error of the rank in its ErrorRecord, where the host reads it after the kernel.
+#pragma once
+
+#include <symcomm/group.cuh>
+#include <symcomm/memory.cuh>
+
+namespace symcomm {
+
+/// Result of a wait or a collective (the SYMCOMM_STATUS_* codes of abi.h).
+enum class Status : uint32_t {
+    Ok = SYMCOMM_STATUS_OK,
+    Timeout = SYMCOMM_STATUS_TIMEOUT,
+    Aborted = SYMCOMM_STATUS_ABORTED,
+    Mismatch = SYMCOMM_STATUS_MISMATCH,
+    AbiMismatch = SYMCOMM_STATUS_ABI_MISMATCH,
+};
+
+/// Address of the signal slot `slot` that rank `owner` reserves for writes from rank `from`.
+/// Pre: owner, from < comm.nranks; slot < comm.signal_slots.
+SYMCOMM_DEVICE uint64_t* signal_slot(const DevComm& comm, uint32_t owner, uint32_t from, uint32_t slot) {
+    uint64_t addr = comm.signal_base + owner * comm.signal_stride +
+                    (uint64_t(from) * comm.signal_slots + slot) * sizeof(uint64_t);
+    return reinterpret_cast<uint64_t*>(addr);
+}
+
+/// Records `status` as this rank's first error (later errors are dropped), with the peer, the
+/// operation (SYMCOMM_OP_*) and a detail word. Any thread may call it; it never blocks.
+SYMCOMM_DEVICE void record_error(Thread, const DevComm& comm, Status status, uint32_t peer, uint32_t op,
+                                 uint64_t detail) {
+    ErrorRecord* rec = reinterpret_cast<ErrorRecord*>(comm.error);
+    if (rec == nullptr) return;
+    if (atomic_cas_acq_rel<Scope::Sys>(&rec->status, SYMCOMM_STATUS_OK, uint32_t(status)) == SYMCOMM_STATUS_OK) {
+        // The host reads these fields only after the kernel finished (stream order), so plain
+        // relaxed stores after winning the CAS are enough.
+        st_relaxed<Scope::Sys>(&rec->rank, comm.rank);
+        st_relaxed<Scope::Sys>(&rec->peer, peer);
+        st_relaxed<Scope::Sys>(&rec->op, op);
+        st_relaxed<Scope::Sys>(&rec->detail, detail);
+        st_relaxed<Scope::Sys>(&rec->time_ns, globaltimer_ns());
+    }
+}
+
+/// True once the host (or a peer's failure handling) raised the communicator's abort flag.
+SYMCOMM_DEVICE bool abort_requested(const DevComm& comm) {
+    const uint32_t* flag = reinterpret_cast<const uint32_t*>(comm.abort_flag);
+    return flag != nullptr && ld_relaxed<Scope::Sys>(flag) != 0;
+}
+
+/// Signals `peer`: release-stores `value` into the slot `slot` that `peer` reserves for this rank.
+/// Called by one thread. Everything this thread wrote before (and, cumulatively, what it observed,
+/// e.g. its CTA's writes after a `__syncthreads()`) is visible to the peer once its wait returns.
+/// Pre: value is larger than any value stored in that slot before (epochs only grow).
+template <Scope S = Scope::Sys>
+SYMCOMM_DEVICE void signal_set(Thread, const DevComm& comm, uint32_t peer, uint32_t slot, uint64_t value) {
+    st_release<S>(signal_slot(comm, peer, comm.rank, slot), value);
+}
+
+/// Waits until the slot `slot` that this rank reserves for `peer` holds a value >= `value`.
+/// Called by one thread. Returns Status::Ok with acquire ordering (the peer's writes before its
+/// signal are visible), or Timeout / Aborted after recording the error; never spins forever.
+template <Scope S = Scope::Sys>
+SYMCOMM_DEVICE Status signal_wait_until(Thread t, const DevComm& comm, uint32_t peer, uint32_t slot,
+                                        uint64_t value) {
+    const uint64_t* p = signal_slot(comm, comm.rank, peer, slot);
+    if (ld_acquire<S>(p) >= value) return Status::Ok;
+    const uint64_t start = globaltimer_ns();
+    for (uint32_t spins = 0;; ++spins) {
+        if (ld_acquire<S>(p) >= value) return Status::Ok;
+        if (abort_requested(comm)) {
+            record_error(t, comm, Status::Aborted, peer, SYMCOMM_OP_SIGNAL_WAIT, value);
+            return Status::Aborted;
+        }
+        if (globaltimer_ns() - start > comm.timeout_ns) {
+            record_error(t, comm, Status::Timeout, peer, SYMCOMM_OP_SIGNAL_WAIT, value);
+            return Status::Timeout;
+        }
+        backoff(spins < 64 ? 32 : 256);
+    }
+}
+
+}  // namespace symcomm

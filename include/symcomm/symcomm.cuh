@@ -1,0 +1,19 @@
+// symcomm device library — the umbrella header. Include this from any kernel:
+//
+//     #include <symcomm/symcomm.cuh>
+//
+// Handles (`DevComm`, `WindowHandleRaw`) come from the host by value as kernel arguments
+// (abi.h). Headers, one per concept:
+//   config.cuh   compiler detection (nvcc, NVRTC, emulator), SYMCOMM_DEVICE, SYMCOMM_EMU_KERNEL
+//   group.cuh    cooperating groups (first argument of every primitive)
+//   memory.cuh   acquire/release/relaxed loads, stores and atomics at .gpu/.sys scope; clocks
+//   signal.cuh   per-peer signal slots, bounded waits, error records
+//   window.cuh   peer addressing in symmetric windows
+#pragma once
+
+#include <symcomm/abi.h>
+#include <symcomm/config.cuh>
+#include <symcomm/group.cuh>
+#include <symcomm/memory.cuh>
+#include <symcomm/signal.cuh>
+#include <symcomm/window.cuh>
