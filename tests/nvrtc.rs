@@ -1,0 +1,246 @@
+//! Run-time compilation of the embedded kernels with NVRTC, checked without a GPU: every module of
+//! the device image compiles to PTX for sm_90 and the pinned ptxas assembles that PTX; a broken
+//! source yields `Error::Nvrtc` carrying the compile log.
+//!
+//! Needs the pinned CUDA toolchain (`scripts/install-cuda`); without it these tests fail with a
+//! message saying so — they never skip.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use symcomm::backend::cuda::{nvrtc_compile, nvrtc_version};
+use symcomm::{DEVICE_IMAGE, Error};
+use symcomm_device::image::{DeviceImage, Module, SourceFile};
+use symcomm_device::toolchain;
+
+const INSTALL_HINT: &str = "the pinned CUDA toolchain is missing: run scripts/install-cuda";
+
+fn ptxas() -> PathBuf {
+    toolchain::find_ptxas().unwrap_or_else(|| {
+        panic!(
+            "{INSTALL_HINT} (no ptxas next to nvcc or in {:?})",
+            toolchain::pinned_cuda_root()
+        )
+    })
+}
+
+fn require_nvrtc() -> (i32, i32) {
+    nvrtc_version().unwrap_or_else(|e| {
+        panic!(
+            "{INSTALL_HINT} ({e}; candidates outside the loader path: {:?})",
+            toolchain::nvrtc_library_candidates()
+        )
+    })
+}
+
+/// A fresh scratch directory under the system temp dir.
+fn scratch(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("symcomm-nvrtc-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
+
+#[test]
+fn nvrtc_is_the_pinned_major_version() {
+    let (major, minor) = require_nvrtc();
+    let pinned_major: i32 = toolchain::PINNED_CUDA_VERSION
+        .split('.')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        major,
+        pinned_major,
+        "NVRTC {major}.{minor} is loaded, the pinned toolchain is CUDA {}",
+        toolchain::PINNED_CUDA_VERSION
+    );
+}
+
+#[test]
+fn every_embedded_module_compiles_to_ptx_that_ptxas_assembles() {
+    require_nvrtc();
+    let ptxas = ptxas();
+    let dir = scratch("modules");
+    assert!(
+        !DEVICE_IMAGE.modules.is_empty(),
+        "the device image has no modules"
+    );
+    for module in DEVICE_IMAGE.modules {
+        let ptx = nvrtc_compile(&DEVICE_IMAGE, module, "sm_90")
+            .unwrap_or_else(|e| panic!("NVRTC failed on {}: {e}", module.source));
+        assert!(
+            ptx.lines().any(|l| l.starts_with(".version ")),
+            "{}: no .version in the PTX",
+            module.source
+        );
+        assert!(
+            ptx.lines().any(|l| l.trim() == ".target sm_90"),
+            "{}: PTX is not for sm_90",
+            module.source
+        );
+        if let Some(isa) = DEVICE_IMAGE.ptx_isa {
+            // nvcc and NVRTC of the same pinned release emit the same PTX ISA.
+            assert!(
+                ptx.lines().any(|l| l.trim() == format!(".version {isa}")),
+                "{}: NVRTC's PTX ISA differs from nvcc's {isa}",
+                module.source
+            );
+        }
+        for kernel in module.kernels {
+            assert!(
+                ptx.lines()
+                    .any(|l| l.contains(".entry") && l.contains(kernel.name)),
+                "{}: no .entry {} in the PTX",
+                module.source,
+                kernel.name
+            );
+        }
+        let stem = module.source_name.trim_end_matches(".cu");
+        let ptx_path = dir.join(format!("{stem}.ptx"));
+        let cubin_path = dir.join(format!("{stem}.cubin"));
+        std::fs::write(&ptx_path, &ptx).expect("write PTX");
+        let out = Command::new(&ptxas)
+            .arg("-arch=sm_90")
+            .arg(&ptx_path)
+            .arg("-o")
+            .arg(&cubin_path)
+            .output()
+            .unwrap_or_else(|e| panic!("could not run {}: {e}", ptxas.display()));
+        assert!(
+            out.status.success(),
+            "ptxas rejected NVRTC's PTX for {} ({}):\n{}",
+            module.source,
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cubin = std::fs::read(&cubin_path).expect("read cubin");
+        assert!(
+            cubin.starts_with(b"\x7fELF"),
+            "{}: ptxas output is not an ELF cubin",
+            module.source
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+static BROKEN_IMAGE: DeviceImage = DeviceImage {
+    name: "broken",
+    modules: &[Module {
+        source: "tests/broken.cu",
+        source_name: "broken.cu",
+        fatbin: None,
+        kernels: &[],
+    }],
+    sources: &[
+        SourceFile {
+            name: "broken.cu",
+            contents: "#include <helper/util.cuh>\n\
+                       extern \"C\" __global__ void broken_kernel(unsigned* out) {\n\
+                       \x20   out[0] = helper_value() + undeclared_identifier_xyz;\n\
+                       }\n",
+        },
+        SourceFile {
+            name: "helper/util.cuh",
+            contents: "#pragma once\n__device__ inline unsigned helper_value() { return 7u; }\n",
+        },
+    ],
+    compiler: None,
+    no_compiler_reason: "test image",
+    sass_archs: &[],
+    ptx_arch: "compute_90",
+    ptx_isa: None,
+    report: &[],
+};
+
+#[test]
+fn broken_source_reports_the_compile_log() {
+    require_nvrtc();
+    let err = nvrtc_compile(&BROKEN_IMAGE, &BROKEN_IMAGE.modules[0], "sm_90").unwrap_err();
+    let Error::Nvrtc { call, error } = &err else {
+        panic!("expected Error::Nvrtc, got {err:?}");
+    };
+    assert_eq!(*call, "nvrtcCompileProgram");
+    assert!(error.contains("NVRTC_ERROR_COMPILATION"), "{error}");
+    // The log names the offending identifier: the in-memory header was found (no "cannot open
+    // source file" error) and the real error reached the message.
+    assert!(error.contains("undeclared_identifier_xyz"), "{error}");
+    assert!(!error.contains("cannot open source file"), "{error}");
+    assert!(
+        err.to_string()
+            .starts_with("NVRTC nvrtcCompileProgram failed")
+    );
+}
+
+#[test]
+fn the_same_program_compiles_once_the_error_is_fixed() {
+    // The in-memory header mechanism on its own: the fixed version of BROKEN_IMAGE compiles.
+    require_nvrtc();
+    static FIXED: DeviceImage = DeviceImage {
+        name: "fixed",
+        modules: &[Module {
+            source: "tests/fixed.cu",
+            source_name: "fixed.cu",
+            fatbin: None,
+            kernels: &[],
+        }],
+        sources: &[
+            SourceFile {
+                name: "fixed.cu",
+                contents: "#include <helper/util.cuh>\n\
+                           extern \"C\" __global__ void fixed_kernel(unsigned* out) {\n\
+                           \x20   out[0] = helper_value();\n\
+                           }\n",
+            },
+            SourceFile {
+                name: "helper/util.cuh",
+                contents: "#pragma once\n__device__ inline unsigned helper_value() { return 7u; }\n",
+            },
+        ],
+        compiler: None,
+        no_compiler_reason: "test image",
+        sass_archs: &[],
+        ptx_arch: "compute_90",
+        ptx_isa: None,
+        report: &[],
+    };
+    let ptx = nvrtc_compile(&FIXED, &FIXED.modules[0], "sm_80").expect("compiles");
+    assert!(ptx.contains(".entry fixed_kernel"), "{ptx}");
+}
+
+#[test]
+fn unknown_architecture_is_an_nvrtc_error() {
+    require_nvrtc();
+    let module = &DEVICE_IMAGE.modules[0];
+    let err = nvrtc_compile(&DEVICE_IMAGE, module, "sm_1").unwrap_err();
+    assert!(matches!(err, Error::Nvrtc { .. }), "{err:?}");
+}
+
+#[test]
+fn module_without_embedded_source_is_refused() {
+    static NO_SOURCE: DeviceImage = DeviceImage {
+        name: "nosource",
+        modules: &[Module {
+            source: "tests/missing.cu",
+            source_name: "missing.cu",
+            fatbin: None,
+            kernels: &[],
+        }],
+        sources: &[],
+        compiler: None,
+        no_compiler_reason: "test image",
+        sass_archs: &[],
+        ptx_arch: "compute_90",
+        ptx_isa: None,
+        report: &[],
+    };
+    require_nvrtc();
+    let err = nvrtc_compile(&NO_SOURCE, &NO_SOURCE.modules[0], "sm_90").unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidArgument(m) if m.contains("missing.cu")),
+        "{err:?}"
+    );
+}
