@@ -6,6 +6,7 @@
 //! holds the ABI mirror, the emulator runtime and the build helper.
 
 pub mod backend;
+pub mod config;
 mod error;
 pub mod image;
 pub mod log;

@@ -119,12 +119,15 @@ typedef struct ErrorRecord {
 #define SYMCOMM_ABI_ALIGNOF(t) _Alignof(t)
 #endif
 SYMCOMM_ABI_ASSERT(sizeof(DevComm) == 56 && SYMCOMM_ABI_ALIGNOF(DevComm) == 8, "DevComm layout");
+SYMCOMM_ABI_ASSERT(sizeof(WindowHandleRaw) == 32 && SYMCOMM_ABI_ALIGNOF(WindowHandleRaw) == 8, "WindowHandleRaw layout");
+SYMCOMM_ABI_ASSERT(sizeof(ErrorRecord) == 32 && SYMCOMM_ABI_ALIGNOF(ErrorRecord) == 8, "ErrorRecord layout");
+/* NVRTC has neither offsetof nor __builtin_offsetof; nvcc and the host compilers check offsets. */
+#if !defined(__CUDACC_RTC__)
 SYMCOMM_ABI_ASSERT(__builtin_offsetof(DevComm, signal_base) == 16, "DevComm.signal_base");
 SYMCOMM_ABI_ASSERT(__builtin_offsetof(DevComm, timeout_ns) == 48, "DevComm.timeout_ns");
-SYMCOMM_ABI_ASSERT(sizeof(WindowHandleRaw) == 32 && SYMCOMM_ABI_ALIGNOF(WindowHandleRaw) == 8, "WindowHandleRaw layout");
 SYMCOMM_ABI_ASSERT(__builtin_offsetof(WindowHandleRaw, rank) == 24, "WindowHandleRaw.rank");
-SYMCOMM_ABI_ASSERT(sizeof(ErrorRecord) == 32 && SYMCOMM_ABI_ALIGNOF(ErrorRecord) == 8, "ErrorRecord layout");
 SYMCOMM_ABI_ASSERT(__builtin_offsetof(ErrorRecord, detail) == 16, "ErrorRecord.detail");
+#endif
 #undef SYMCOMM_ABI_ASSERT
 #undef SYMCOMM_ABI_ALIGNOF
 

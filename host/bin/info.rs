@@ -1,0 +1,237 @@
+//! `symcomm info`.
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use serde_json::{Value, json};
+use symcomm::DEVICE_IMAGE;
+use symcomm::backend::cuda;
+use symcomm::config::{TUNABLES, value};
+use symcomm_device::image::DeviceImage;
+
+pub(crate) fn run(as_json: bool) -> ExitCode {
+    let cuda = cuda::probe();
+    let nvrtc = cuda::nvrtc_version();
+    if as_json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&to_json(&DEVICE_IMAGE, &cuda, &nvrtc))
+                .unwrap_or_default()
+        );
+    } else {
+        print!("{}", to_text(&DEVICE_IMAGE, &cuda, &nvrtc));
+    }
+    ExitCode::SUCCESS
+}
+
+fn gib(bytes: u64) -> f64 {
+    bytes as f64 / (1u64 << 30) as f64
+}
+
+fn driver(v: i32) -> String {
+    format!("{}.{}", v / 1000, (v % 1000) / 10)
+}
+
+fn to_text(
+    image: &DeviceImage,
+    cuda: &symcomm::Result<cuda::CudaInfo>,
+    nvrtc: &symcomm::Result<(i32, i32)>,
+) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "symcomm {} (ABI {})",
+        env!("CARGO_PKG_VERSION"),
+        symcomm::abi::SYMCOMM_ABI_VERSION
+    );
+    let _ = writeln!(s, "\nDevice code `{}`:", image.name);
+    match &image.compiler {
+        Some(c) => {
+            let _ = writeln!(
+                s,
+                "  built by   {} ({}; found via {})",
+                c.nvcc, c.version, c.found_via
+            );
+            let _ = writeln!(
+                s,
+                "  images     SASS {}; PTX {} (ISA {})",
+                image.sass_archs.join(", "),
+                image.ptx_arch,
+                image.ptx_isa.unwrap_or("?")
+            );
+        }
+        None => {
+            let _ = writeln!(s, "  built by   no nvcc ({})", image.no_compiler_reason);
+            let _ = writeln!(
+                s,
+                "  images     none embedded: {} sources embedded, compiled with NVRTC at run time on a GPU",
+                image.sources.len()
+            );
+        }
+    }
+    for m in image.modules {
+        let names: Vec<&str> = m.kernels.iter().map(|k| k.name).collect();
+        let size = m
+            .fatbin
+            .map(|f| format!("fatbin {} bytes", f.len()))
+            .unwrap_or_else(|| "source only".into());
+        let _ = writeln!(
+            s,
+            "  module     {} ({size}): {}",
+            m.source,
+            names.join(", ")
+        );
+    }
+    if !image.report.is_empty() {
+        let _ = writeln!(
+            s,
+            "  {:<28} {:<6} {:>5} {:>6} {:>12} {:>6} {:>6}",
+            "kernel", "arch", "regs", "stack", "spill st/ld", "smem", "cmem"
+        );
+        for r in image.report {
+            let _ = writeln!(
+                s,
+                "  {:<28} {:<6} {:>5} {:>6} {:>12} {:>6} {:>6}",
+                r.kernel,
+                r.arch,
+                r.registers,
+                r.stack_bytes,
+                format!("{}/{}", r.spill_stores, r.spill_loads),
+                r.shared_bytes,
+                r.const_bytes
+            );
+        }
+    }
+
+    let _ = writeln!(s, "\nBackends:");
+    match cuda {
+        Ok(info) => {
+            let _ = writeln!(
+                s,
+                "  cuda       driver {}, {} GPU(s)",
+                driver(info.driver_version),
+                info.devices.len()
+            );
+            for d in &info.devices {
+                let _ = writeln!(
+                    s,
+                    "    GPU {}: {}, {} SMs, {:.1} GiB, compute capability {}.{}",
+                    d.ordinal,
+                    d.name,
+                    d.sms,
+                    gib(d.memory_bytes),
+                    d.compute_capability.0,
+                    d.compute_capability.1
+                );
+            }
+            if info.devices.len() > 1 {
+                let _ = writeln!(s, "    peer access (row can access column):");
+                let header: String = (0..info.devices.len()).map(|j| format!("{j:>3}")).collect();
+                let _ = writeln!(s, "         {header}");
+                for (i, row) in info.peer_access.iter().enumerate() {
+                    let cells: String = row
+                        .iter()
+                        .map(|&ok| format!("{:>3}", if ok { "Y" } else { "." }))
+                        .collect();
+                    let _ = writeln!(s, "      {i:>3}{cells}");
+                }
+            }
+        }
+        Err(e) => {
+            let _ = writeln!(s, "  cuda       unavailable: {e}");
+        }
+    }
+    match nvrtc {
+        Ok((major, minor)) => {
+            let _ = writeln!(
+                s,
+                "  nvrtc      {major}.{minor} (run-time compilation of the embedded sources)"
+            );
+        }
+        Err(e) => {
+            let _ = writeln!(s, "  nvrtc      unavailable: {e}");
+        }
+    }
+    let _ = writeln!(
+        s,
+        "  emulator   available (CPU threads; up to {} threads per launch)",
+        symcomm_device::emu::MAX_THREADS
+    );
+
+    let _ = writeln!(s, "\nTunables:");
+    for t in TUNABLES {
+        let shown = value(t.name).unwrap_or_else(|| format!("{} (default)", t.default));
+        let _ = writeln!(s, "  {:<20} = {:<32} {}", t.name, shown, t.help);
+    }
+    s
+}
+
+fn to_json(
+    image: &DeviceImage,
+    cuda: &symcomm::Result<cuda::CudaInfo>,
+    nvrtc: &symcomm::Result<(i32, i32)>,
+) -> Value {
+    let modules: Vec<Value> = image
+        .modules
+        .iter()
+        .map(|m| {
+            json!({
+                "source": m.source,
+                "fatbin_bytes": m.fatbin.map(<[u8]>::len),
+                "kernels": m.kernels.iter().map(|k| k.name).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let report: Vec<Value> = image
+        .report
+        .iter()
+        .map(|r| {
+            json!({
+                "kernel": r.kernel, "arch": r.arch, "registers": r.registers, "stack_bytes": r.stack_bytes,
+                "spill_stores": r.spill_stores, "spill_loads": r.spill_loads,
+                "shared_bytes": r.shared_bytes, "const_bytes": r.const_bytes,
+            })
+        })
+        .collect();
+    let cuda = match cuda {
+        Ok(info) => json!({
+            "available": true,
+            "driver_version": info.driver_version,
+            "devices": info.devices.iter().map(|d| json!({
+                "ordinal": d.ordinal, "name": d.name, "sms": d.sms, "memory_bytes": d.memory_bytes,
+                "compute_capability": format!("{}.{}", d.compute_capability.0, d.compute_capability.1),
+            })).collect::<Vec<_>>(),
+            "peer_access": info.peer_access,
+        }),
+        Err(e) => json!({ "available": false, "error": e.to_string() }),
+    };
+    let nvrtc = match nvrtc {
+        Ok((major, minor)) => json!({ "available": true, "version": format!("{major}.{minor}") }),
+        Err(e) => json!({ "available": false, "error": e.to_string() }),
+    };
+    let tunables: Vec<Value> = TUNABLES
+        .iter()
+        .map(|t| json!({ "name": t.name, "value": value(t.name), "default": t.default, "help": t.help }))
+        .collect();
+    json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "abi_version": symcomm::abi::SYMCOMM_ABI_VERSION,
+        "device_code": {
+            "name": image.name,
+            "nvcc": image.compiler.map(|c| json!({ "path": c.nvcc, "version": c.version, "found_via": c.found_via })),
+            "no_nvcc_reason": (!image.no_compiler_reason.is_empty()).then_some(image.no_compiler_reason),
+            "sass": if image.compiler.is_some() { image.sass_archs.to_vec() } else { Vec::new() },
+            "ptx": image.compiler.map(|_| image.ptx_arch),
+            "ptx_isa": image.ptx_isa,
+            "sources_embedded": image.sources.len(),
+            "modules": modules,
+            "ptxas": report,
+        },
+        "backends": {
+            "cuda": cuda,
+            "nvrtc": nvrtc,
+            "emulator": { "available": true, "max_threads_per_launch": symcomm_device::emu::MAX_THREADS },
+        },
+        "tunables": tunables,
+    })
+}
