@@ -1,4 +1,6 @@
-// symcomm CPU emulator: the launch interface the host (Rust) calls. C ABI.
+// symcomm CPU emulator: the launch interface the host (Rust, or a C++ test driver) calls. C ABI.
+//
+// The limits below are mirrored in device/src/emu.rs (a unit test there compares them).
 #pragma once
 
 #include <stddef.h>
@@ -14,25 +16,43 @@ typedef void (*symcomm_emu_entry)(void** args);
 
 /// Launch succeeded.
 #define SYMCOMM_EMU_OK 0
-/// Invalid launch configuration.
+/// Invalid launch configuration (empty grid, block or grid dimension over CUDA's limits, null
+/// entry, a bad SYMCOMM_EMU_STACK_BYTES).
 #define SYMCOMM_EMU_EINVAL 1
-/// A CUDA feature the emulator does not support yet.
-#define SYMCOMM_EMU_EUNSUPPORTED 2
-/// Beyond the emulator's thread budget, or thread creation failed.
+/// Beyond one of the emulator's limits below, or out of memory / threads / memory mappings.
 #define SYMCOMM_EMU_ELIMIT 3
 
-/// Most emulated threads one launch may run (each is an OS thread).
-#define SYMCOMM_EMU_MAX_THREADS 16384u
-/// Stack of each emulated thread.
-#define SYMCOMM_EMU_STACK_BYTES (512u * 1024u)
+/// Most emulated threads one launch may run (1 << 20). Each is a fiber with its own stack.
+#define SYMCOMM_EMU_MAX_THREADS 1048576u
+/// Most CTAs one launch may run: each CTA is one OS thread, all running concurrently.
+#define SYMCOMM_EMU_MAX_CTAS 4096u
+/// Most dynamic shared memory per CTA, in bytes (227 KiB, as on sm_90).
+#define SYMCOMM_EMU_MAX_DYNAMIC_SHARED 232448u
+/// Most static shared memory (SYMCOMM_SHARED) per CTA, in bytes (48 KiB, as CUDA); static plus
+/// dynamic shared memory must also stay within SYMCOMM_EMU_MAX_DYNAMIC_SHARED.
+#define SYMCOMM_EMU_MAX_STATIC_SHARED 49152u
+/// Default stack of each emulated thread (fiber), in bytes; the environment variable
+/// SYMCOMM_EMU_STACK_BYTES overrides it per launch (rounded up to whole pages, at least 16 KiB,
+/// at most 64 MiB). ThreadSanitizer builds use 4x this default: instrumented frames and TSan's
+/// own report path are larger.
+#define SYMCOMM_EMU_STACK_BYTES 65536u
+/// ThreadSanitizer builds only: most emulated threads alive at once in the whole process (TSan
+/// keeps about 1 MiB of state per fiber and caps threads plus fibers at 8192).
+#define SYMCOMM_EMU_TSAN_MAX_THREADS 6144u
 
-/// Runs `entry` on grid x block emulated threads, all concurrently, and returns when every thread
-/// has returned (a blocking launch). Launches from different host threads run concurrently with
-/// each other, so ranks launched from their own threads can wait for one another.
+/// Runs kernel `name` (`entry`) on grid x block emulated threads and returns when every thread
+/// has returned (a blocking launch). Every CTA runs concurrently with every other CTA of this
+/// launch and of launches made from other host threads, so CTAs and ranks may spin-wait for one
+/// another; the threads of one CTA run as fibers on that CTA's OS thread.
+///
+/// `shared_bytes` is the dynamic shared memory of each CTA (SYMCOMM_DYNAMIC_SHARED).
+/// `name` is used in messages only (may be null).
 /// Returns SYMCOMM_EMU_OK, or an error code with a message in `err` (NUL-terminated, truncated
-/// to `err_len`); on error no kernel code ran.
-int symcomm_emu_launch(symcomm_emu_entry entry, const uint32_t grid[3], const uint32_t block[3], size_t shared_bytes,
-                       void** args, char* err, size_t err_len);
+/// to `err_len`); on error no kernel code ran. A kernel that breaks the emulator's rules (a
+/// barrier that can never complete, an unsupported warp mask, a stack overflow) aborts the
+/// process with a message on stderr.
+int symcomm_emu_launch(const char* name, symcomm_emu_entry entry, const uint32_t grid[3], const uint32_t block[3],
+                       size_t shared_bytes, void** args, char* err, size_t err_len);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,9 @@
 //! The CPU emulator runtime (C++, `device/emu/runtime.cpp`): runs CUDA C++ kernels compiled with
-//! the host C++ compiler on OS threads, one per emulated GPU thread, all concurrently.
+//! the host C++ compiler. Every CTA of a launch runs on its own OS thread, concurrently with every
+//! other CTA (of this launch and of launches from other host threads); the threads of a CTA run
+//! as fibers on it. `device/emu/README.md` lists what the emulator supports.
 
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{CString, c_char, c_int, c_void};
 
 use crate::Error;
 
@@ -10,10 +12,18 @@ use crate::Error;
 pub type EmuEntry = unsafe extern "C" fn(args: *mut *mut c_void);
 
 /// Most emulated threads one launch may run (`SYMCOMM_EMU_MAX_THREADS`).
-pub const MAX_THREADS: u32 = 16384;
+pub const MAX_THREADS: u32 = 1 << 20;
+
+/// Most CTAs one launch may run, each on its own OS thread (`SYMCOMM_EMU_MAX_CTAS`).
+pub const MAX_CTAS: u32 = 4096;
+
+/// Most dynamic shared memory per CTA, in bytes: 227 KiB as on sm_90
+/// (`SYMCOMM_EMU_MAX_DYNAMIC_SHARED`).
+pub const MAX_DYNAMIC_SHARED: usize = 227 * 1024;
 
 unsafe extern "C" {
     fn symcomm_emu_launch(
+        name: *const c_char,
         entry: EmuEntry,
         grid: *const u32,
         block: *const u32,
@@ -24,14 +34,17 @@ unsafe extern "C" {
     ) -> c_int;
 }
 
-/// Runs a kernel on the emulator and returns when every emulated thread has returned.
+/// Runs kernel `name` (`entry`) on the emulator with `shared_bytes` of dynamic shared memory per
+/// CTA, and returns when every emulated thread has returned.
 ///
 /// Launches made concurrently from different host threads run concurrently, so ranks launched
-/// from their own threads can wait for one another, as on a GPU.
+/// from their own threads can wait for one another, as on a GPU. `name` appears in messages.
 ///
 /// # Errors
-/// [`Error::EmuLaunch`] for an empty grid or block, a block over 1024 threads, dynamic shared
-/// memory, or a launch over [`MAX_THREADS`]; no kernel code ran then.
+/// [`Error::EmuLaunch`] for an empty grid or block, dimensions over CUDA's limits, more than
+/// [`MAX_THREADS`] threads, [`MAX_CTAS`] CTAs or [`MAX_DYNAMIC_SHARED`] bytes of dynamic shared
+/// memory, a bad `SYMCOMM_EMU_STACK_BYTES`, a `name` containing NUL, or when the process is out
+/// of memory, threads or memory mappings; no kernel code ran then.
 ///
 /// # Safety
 /// `args` must hold one pointer per kernel parameter, in order, each pointing at a live value of
@@ -45,12 +58,19 @@ pub unsafe fn launch(
     shared_bytes: usize,
     args: &mut [*mut c_void],
 ) -> Result<(), Error> {
+    let refused = |message: String| Error::EmuLaunch {
+        kernel: name.to_owned(),
+        message,
+    };
+    let c_name = CString::new(name).map_err(|_| refused("kernel name contains NUL".into()))?;
     let mut err = [0 as c_char; 512];
-    // SAFETY: grid/block point at 3 u32 each, `err` is writable for its length, and the caller
-    // guarantees that `args` matches the kernel's parameters and that the memory it reaches is
-    // valid for the launch, which returns only after every emulated thread has finished.
+    // SAFETY: `c_name` is NUL-terminated, grid/block point at 3 u32 each, `err` is writable for
+    // its length, and the caller guarantees that `args` matches the kernel's parameters and that
+    // the memory it reaches is valid for the launch, which returns only after every emulated
+    // thread has finished.
     let rc = unsafe {
         symcomm_emu_launch(
+            c_name.as_ptr(),
             entry,
             grid.as_ptr(),
             block.as_ptr(),
@@ -68,8 +88,69 @@ pub unsafe fn launch(
         .take_while(|&&c| c != 0)
         .map(|&c| c as u8)
         .collect();
-    Err(Error::EmuLaunch {
-        kernel: name.to_owned(),
-        message: String::from_utf8_lossy(&bytes).into_owned(),
-    })
+    Err(refused(String::from_utf8_lossy(&bytes).into_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    /// The value of `#define <name> <decimal>u` in the runtime's header.
+    fn header_define(name: &str) -> u64 {
+        let path = format!("{}/symcomm_emu_runtime.h", crate::EMU_DIR);
+        let text = std::fs::read_to_string(&path).expect("read the runtime header");
+        let prefix = format!("#define {name} ");
+        let value = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("{name} is not defined in {path}"));
+        value
+            .trim()
+            .trim_end_matches('u')
+            .parse()
+            .unwrap_or_else(|e| panic!("{name} = {value}: {e}"))
+    }
+
+    #[test]
+    fn limits_match_the_runtime_header() {
+        assert_eq!(
+            header_define("SYMCOMM_EMU_MAX_THREADS"),
+            u64::from(MAX_THREADS)
+        );
+        assert_eq!(header_define("SYMCOMM_EMU_MAX_CTAS"), u64::from(MAX_CTAS));
+        assert_eq!(
+            header_define("SYMCOMM_EMU_MAX_DYNAMIC_SHARED"),
+            MAX_DYNAMIC_SHARED as u64
+        );
+    }
+
+    unsafe extern "C" fn never_runs(_: *mut *mut c_void) {
+        panic!("a refused launch ran kernel code");
+    }
+
+    #[test]
+    fn refused_launches_name_the_limit() {
+        let launch_err = |grid: [u32; 3], block: [u32; 3], shared: usize| {
+            let mut args: [*mut c_void; 0] = [];
+            // SAFETY: every launch below is refused before kernel code runs, so the empty
+            // argument list is never read.
+            unsafe { launch("k", never_runs, grid, block, shared, &mut args) }
+                .unwrap_err()
+                .to_string()
+        };
+        let e = launch_err([1, 1, 1], [32, 1, 1], MAX_DYNAMIC_SHARED + 1);
+        assert!(e.contains("dynamic shared memory"), "{e}");
+        let e = launch_err([MAX_CTAS + 1, 1, 1], [1, 1, 1], 0);
+        assert!(e.contains("CTAs"), "{e}");
+        let e = launch_err([MAX_CTAS, 1, 1], [1024, 1, 1], 0);
+        assert!(e.contains("threads"), "{e}");
+        let e = launch_err([1, 1, 1], [1, 1, 65], 0);
+        assert!(e.contains("CUDA's limits"), "{e}");
+        let mut args: [*mut c_void; 0] = [];
+        // SAFETY: refused (NUL in the name) before anything runs.
+        let e = unsafe { launch("a\0b", never_runs, [1, 1, 1], [1, 1, 1], 0, &mut args) };
+        assert!(e.is_err());
+    }
 }

@@ -30,3 +30,32 @@
 #if !defined(SYMCOMM_EMU)
 #define SYMCOMM_EMU_KERNEL(name)
 #endif
+
+/// `SYMCOMM_SHARED(type, name, count)` declares `name`, an array of `count` `type`s in shared
+/// memory, one per CTA: `__shared__ type name[count]` under nvcc / NVRTC. Plain `__shared__` is a
+/// compile error in emulator builds (C++ has no per-CTA storage); this is the portable spelling.
+/// Function scope only (in a kernel or a device function it calls); `type` must be trivial. The
+/// emulator zero-initialises the array and aligns it to max(alignof(type), 16); CUDA leaves it
+/// uninitialised, so kernels must not rely on the zeros.
+///
+/// `SYMCOMM_DYNAMIC_SHARED(type, name)` declares `name`, a `type*` to the CTA's dynamic shared
+/// memory (the launch's shared-memory bytes), 16-byte aligned; every use names the same bytes.
+/// Under nvcc / NVRTC it is a `type*` into one `extern __shared__` byte array, so that kernels
+/// of one file may view the dynamic shared memory as different types.
+#if defined(SYMCOMM_EMU)
+#define SYMCOMM_SHARED(type, name, count)                                                             \
+    static_assert(std::is_trivially_default_constructible<type>::value &&                             \
+                      std::is_trivially_destructible<type>::value,                                    \
+                  "shared memory holds trivial types only");                                          \
+    static const char symcomm_emu_shared_site_##name = 0;                                             \
+    type(&name)[count] = *static_cast<type(*)[count]>(                                                \
+        symcomm_emu_shared_static(&symcomm_emu_shared_site_##name, sizeof(type[count]), alignof(type)))
+#define SYMCOMM_DYNAMIC_SHARED(type, name)                                                            \
+    static_assert(alignof(type) <= 16, "dynamic shared memory is 16-byte aligned");                  \
+    type* const name = static_cast<type*>(symcomm_emu_shared_dynamic())
+#else
+#define SYMCOMM_SHARED(type, name, count) __shared__ type name[count]
+#define SYMCOMM_DYNAMIC_SHARED(type, name)                                                            \
+    extern __shared__ __align__(16) unsigned char symcomm_dynamic_shared_[];                          \
+    type* const name = reinterpret_cast<type*>(symcomm_dynamic_shared_)
+#endif

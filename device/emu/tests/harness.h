@@ -58,10 +58,11 @@ struct Team {
     }
 };
 
-/// Launches `entry` on every rank concurrently with per-rank arguments from `make_args(rank)`,
-/// exits the process on a launch error.
+/// Launches kernel `name` (`entry`) on every rank concurrently with per-rank arguments from
+/// `make_args(rank)`, exits the process on a launch error.
 template <typename MakeArgs>
-void launch_all(uint32_t nranks, symcomm_emu_entry entry, dim3 grid, dim3 block, MakeArgs make_args) {
+void launch_all(uint32_t nranks, const char* name, symcomm_emu_entry entry, dim3 grid, dim3 block,
+                MakeArgs make_args) {
     std::vector<std::thread> threads;
     for (uint32_t r = 0; r < nranks; ++r) {
         threads.emplace_back([=] {
@@ -69,7 +70,7 @@ void launch_all(uint32_t nranks, symcomm_emu_entry entry, dim3 grid, dim3 block,
             const uint32_t g[3] = {grid.x, grid.y, grid.z};
             const uint32_t b[3] = {block.x, block.y, block.z};
             char err[256] = {0};
-            int rc = symcomm_emu_launch(entry, g, b, 0, args.ptrs(), err, sizeof err);
+            int rc = symcomm_emu_launch(name, entry, g, b, 0, args.ptrs(), err, sizeof err);
             if (rc != SYMCOMM_EMU_OK) {
                 fprintf(stderr, "launch failed on rank %u: %s\n", r, err);
                 exit(2);

@@ -33,7 +33,8 @@ int main() {
         std::vector<uint32_t> results(size_t(nranks) * 3);
         for (uint32_t l = 0; l < launches; ++l) {
             std::fill(results.begin(), results.end(), 0u);
-            symcomm_test::launch_all(nranks, symcomm_emu_entry_symcomm_ping_pong, dim3(1), dim3(threads),
+            symcomm_test::launch_all(nranks, "symcomm_ping_pong", symcomm_emu_entry_symcomm_ping_pong, dim3(1),
+                                     dim3(threads),
                                      [&](uint32_t r) {
                                          return Args{team.comm(r, 20'000'000'000ull), team.win(r), rounds, words,
                                                      &results[r * 3], {}};
