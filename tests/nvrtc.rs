@@ -244,3 +244,62 @@ fn module_without_embedded_source_is_refused() {
         "{err:?}"
     );
 }
+
+/// The device library's numeric layer (types.cuh, reduce.cuh) through the production NVRTC path
+/// (in-memory headers from the device image): `device/tests/cuda/numerics_instantiate.cu`
+/// instantiates every dtype x op through `dispatch` and as one kernel per pair, and every kernel
+/// must reach the PTX (sm_90; sm_80 with ptxas, and nvcc, are covered by symcomm-device's
+/// `tests/numerics.rs`).
+#[test]
+fn numeric_layer_compiles_through_nvrtc_compile() {
+    require_nvrtc();
+    let mut sources: Vec<SourceFile> = DEVICE_IMAGE
+        .sources
+        .iter()
+        .map(|s| SourceFile {
+            name: s.name,
+            contents: s.contents,
+        })
+        .collect();
+    sources.push(SourceFile {
+        name: "numerics_instantiate.cu",
+        contents: include_str!("../device/tests/cuda/numerics_instantiate.cu"),
+    });
+    let image = DeviceImage {
+        name: "numerics",
+        modules: Box::leak(Box::new([Module {
+            source: "device/tests/cuda/numerics_instantiate.cu",
+            source_name: "numerics_instantiate.cu",
+            fatbin: None,
+            kernels: &[],
+        }])),
+        sources: Box::leak(sources.into_boxed_slice()),
+        compiler: None,
+        no_compiler_reason: "test image",
+        sass_archs: &[],
+        ptx_arch: "compute_90",
+        ptx_isa: None,
+        report: &[],
+    };
+    let ptx = nvrtc_compile(&image, &image.modules[0], "sm_90")
+        .unwrap_or_else(|e| panic!("NVRTC failed on numerics_instantiate.cu: {e}"));
+    let entries: Vec<&str> = ptx
+        .lines()
+        .filter_map(|l| l.split(".entry ").nth(1))
+        .map(|l| l.trim_end_matches('(').trim())
+        .collect();
+    let mut want = vec!["symcomm_numerics_dispatch".to_owned()];
+    for d in [
+        "f32", "f64", "f16", "bf16", "fp8_e4m3", "fp8_e5m2", "i8", "u8", "i32", "u32", "i64", "u64",
+    ] {
+        for o in ["sum", "prod", "min", "max", "avg"] {
+            want.push(format!("symcomm_numerics_pair_{d}_{o}"));
+        }
+    }
+    for w in &want {
+        assert!(
+            entries.contains(&w.as_str()),
+            "no .entry {w} in NVRTC's PTX (entries: {entries:?})"
+        );
+    }
+}

@@ -40,6 +40,50 @@ typedef unsigned long long uint64_t;
 /** The kernel was built against a different SYMCOMM_ABI_VERSION than the host. */
 #define SYMCOMM_STATUS_ABI_MISMATCH 4u
 
+/* Element types of collectives (`symcomm::DataType` in types.cuh). Part of a collective's
+ * fingerprint; the storage formats are described there. */
+/** IEEE 754 binary32 (accumulates in binary32). */
+#define SYMCOMM_DTYPE_F32 0u
+/** IEEE 754 binary64 (accumulates in binary64). */
+#define SYMCOMM_DTYPE_F64 1u
+/** IEEE 754 binary16 (accumulates in binary32). */
+#define SYMCOMM_DTYPE_F16 2u
+/** bfloat16: the upper half of a binary32 (accumulates in binary32). */
+#define SYMCOMM_DTYPE_BF16 3u
+/** OCP FP8 E4M3 (no infinities, max 448; accumulates in binary32, saturates on conversion). */
+#define SYMCOMM_DTYPE_FP8_E4M3 4u
+/** OCP FP8 E5M2 (IEEE-like, max 57344; accumulates in binary32, saturates on conversion). */
+#define SYMCOMM_DTYPE_FP8_E5M2 5u
+/** Signed 8-bit integer (two's complement; sums and products wrap). */
+#define SYMCOMM_DTYPE_I8 6u
+/** Unsigned 8-bit integer (sums and products wrap). */
+#define SYMCOMM_DTYPE_U8 7u
+/** Signed 32-bit integer (two's complement; sums and products wrap). */
+#define SYMCOMM_DTYPE_I32 8u
+/** Unsigned 32-bit integer (sums and products wrap). */
+#define SYMCOMM_DTYPE_U32 9u
+/** Signed 64-bit integer (two's complement; sums and products wrap). */
+#define SYMCOMM_DTYPE_I64 10u
+/** Unsigned 64-bit integer (sums and products wrap). */
+#define SYMCOMM_DTYPE_U64 11u
+/** Number of element-type codes: valid codes are [0, SYMCOMM_DTYPE_COUNT). */
+#define SYMCOMM_DTYPE_COUNT 12u
+
+/* Reduction operators of collectives (`symcomm::RedOp` in reduce.cuh). Part of a collective's
+ * fingerprint. */
+/** Sum. */
+#define SYMCOMM_REDOP_SUM 0u
+/** Product. */
+#define SYMCOMM_REDOP_PROD 1u
+/** Minimum (floating point: a NaN input is ignored unless every input is NaN; -0 < +0). */
+#define SYMCOMM_REDOP_MIN 2u
+/** Maximum (floating point: a NaN input is ignored unless every input is NaN; -0 < +0). */
+#define SYMCOMM_REDOP_MAX 3u
+/** Average: the sum divided by the number of ranks (integers: truncating integer division). */
+#define SYMCOMM_REDOP_AVG 4u
+/** Number of reduction-operator codes: valid codes are [0, SYMCOMM_REDOP_COUNT). */
+#define SYMCOMM_REDOP_COUNT 5u
+
 /* Operation codes recorded in ErrorRecord::op. */
 /** A signal wait (`signal_wait_until`). */
 #define SYMCOMM_OP_SIGNAL_WAIT 1u

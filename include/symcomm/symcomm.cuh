@@ -9,11 +9,15 @@
 //   memory.cuh   acquire/release/relaxed loads, stores and atomics at .gpu/.sys scope; clocks
 //   signal.cuh   per-peer signal slots, bounded waits, error records
 //   window.cuh   peer addressing in symmetric windows
+//   types.cuh    element types: DataType codes, f16/bf16/fp8 storage types and conversions, traits
+//   reduce.cuh   reduction operators: RedOp codes, Accumulator, 16-byte packs, run-time dispatch
 #pragma once
 
 #include <symcomm/abi.h>
 #include <symcomm/config.cuh>
 #include <symcomm/group.cuh>
 #include <symcomm/memory.cuh>
+#include <symcomm/reduce.cuh>
 #include <symcomm/signal.cuh>
+#include <symcomm/types.cuh>
 #include <symcomm/window.cuh>
