@@ -5,12 +5,15 @@
 #![allow(non_camel_case_types, non_snake_case, missing_docs, clippy::all)]
 
 pub const SYMCOMM_ABI_VERSION: u32 = 1;
-pub const SYMCOMM_SIGNAL_SLOTS: u32 = 64;
+pub const SYMCOMM_SIGNAL_SLOTS: u32 = 256;
+pub const SYMCOMM_USER_SIGNAL_SLOTS: u32 = 64;
+pub const SYMCOMM_BARRIER_SLOTS: u32 = 192;
 pub const SYMCOMM_STATUS_OK: u32 = 0;
 pub const SYMCOMM_STATUS_TIMEOUT: u32 = 1;
 pub const SYMCOMM_STATUS_ABORTED: u32 = 2;
 pub const SYMCOMM_STATUS_MISMATCH: u32 = 3;
 pub const SYMCOMM_STATUS_ABI_MISMATCH: u32 = 4;
+pub const SYMCOMM_STATUS_INVALID_ARGUMENT: u32 = 5;
 pub const SYMCOMM_DTYPE_F32: u32 = 0;
 pub const SYMCOMM_DTYPE_F64: u32 = 1;
 pub const SYMCOMM_DTYPE_F16: u32 = 2;
@@ -31,6 +34,19 @@ pub const SYMCOMM_REDOP_MAX: u32 = 3;
 pub const SYMCOMM_REDOP_AVG: u32 = 4;
 pub const SYMCOMM_REDOP_COUNT: u32 = 5;
 pub const SYMCOMM_OP_SIGNAL_WAIT: u32 = 1;
+pub const SYMCOMM_OP_BARRIER: u32 = 2;
+pub const SYMCOMM_OP_COLLECTIVE: u32 = 3;
+pub const SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT: u32 = 0;
+pub const SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT: u32 = 1;
+pub const SYMCOMM_COLL_ALL_GATHER: u32 = 2;
+pub const SYMCOMM_COLL_REDUCE_SCATTER: u32 = 3;
+pub const SYMCOMM_COLL_BROADCAST: u32 = 4;
+pub const SYMCOMM_COLL_REDUCE: u32 = 5;
+pub const SYMCOMM_COLL_SCATTER: u32 = 6;
+pub const SYMCOMM_COLL_ALL_TO_ALL: u32 = 7;
+pub const SYMCOMM_COLL_COUNT: u32 = 8;
+pub const SYMCOMM_SCOPE_GRID: u32 = 0;
+pub const SYMCOMM_SCOPE_CTA: u32 = 1;
 #[doc = " Device handle of a communicator (one per rank), passed to kernels by value.\n\n Signal area: rank r's signal array lives at `signal_base + r * signal_stride` (flat layout, every\n rank's array is addressable by every rank). Inside a rank's array, the slots written by peer p\n are `[p * signal_slots, (p + 1) * signal_slots)`, each a `uint64_t` that only grows (epochs are\n never reset in place, so back-to-back launches and graph replay stay correct)."]
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -133,4 +149,53 @@ const _: () = {
         [::core::mem::offset_of!(ErrorRecord, detail) - 16usize];
     ["Offset of field: ErrorRecord::time_ns"]
         [::core::mem::offset_of!(ErrorRecord, time_ns) - 24usize];
+};
+#[doc = " Arguments of the built-in collective kernel `symcomm_collective` (one launch = one collective\n per scope unit). Counts and offsets are in elements. Buffers are symmetric windows: `src`\n (input) and `dst` (output) may be the same window; in place means the same window and the\n offsets of the collective's in-place convention (see collectives.cuh)."]
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CollArgs {
+    #[doc = " SYMCOMM_COLL_*"]
+    pub kind: u32,
+    #[doc = " SYMCOMM_DTYPE_*"]
+    pub dtype: u32,
+    #[doc = " SYMCOMM_REDOP_* (reductions only; 0 otherwise)"]
+    pub redop: u32,
+    #[doc = " Root rank (broadcast, reduce, scatter; 0 otherwise)"]
+    pub root: u32,
+    #[doc = " SYMCOMM_SCOPE_*"]
+    pub scope: u32,
+    #[doc = " First barrier slot"]
+    pub index: u32,
+    #[doc = " Elements per rank block (see each collective)"]
+    pub count: u64,
+    #[doc = " Input offset in `src`"]
+    pub src_offset: u64,
+    #[doc = " Output offset in `dst`"]
+    pub dst_offset: u64,
+    #[doc = " CTA scope: elements between consecutive CTAs' tiles (in both windows)"]
+    pub tile_stride: u64,
+    #[doc = " Input window"]
+    pub src: WindowHandleRaw,
+    #[doc = " Output window"]
+    pub dst: WindowHandleRaw,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CollArgs"][::core::mem::size_of::<CollArgs>() - 120usize];
+    ["Alignment of CollArgs"][::core::mem::align_of::<CollArgs>() - 8usize];
+    ["Offset of field: CollArgs::kind"][::core::mem::offset_of!(CollArgs, kind) - 0usize];
+    ["Offset of field: CollArgs::dtype"][::core::mem::offset_of!(CollArgs, dtype) - 4usize];
+    ["Offset of field: CollArgs::redop"][::core::mem::offset_of!(CollArgs, redop) - 8usize];
+    ["Offset of field: CollArgs::root"][::core::mem::offset_of!(CollArgs, root) - 12usize];
+    ["Offset of field: CollArgs::scope"][::core::mem::offset_of!(CollArgs, scope) - 16usize];
+    ["Offset of field: CollArgs::index"][::core::mem::offset_of!(CollArgs, index) - 20usize];
+    ["Offset of field: CollArgs::count"][::core::mem::offset_of!(CollArgs, count) - 24usize];
+    ["Offset of field: CollArgs::src_offset"]
+        [::core::mem::offset_of!(CollArgs, src_offset) - 32usize];
+    ["Offset of field: CollArgs::dst_offset"]
+        [::core::mem::offset_of!(CollArgs, dst_offset) - 40usize];
+    ["Offset of field: CollArgs::tile_stride"]
+        [::core::mem::offset_of!(CollArgs, tile_stride) - 48usize];
+    ["Offset of field: CollArgs::src"][::core::mem::offset_of!(CollArgs, src) - 56usize];
+    ["Offset of field: CollArgs::dst"][::core::mem::offset_of!(CollArgs, dst) - 88usize];
 };

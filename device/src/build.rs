@@ -178,8 +178,28 @@ impl DeviceBuild {
         let mut version = String::new();
         if let Some(nvcc) = &nvcc {
             version = nvcc_version(nvcc)?;
-            for src in &self.sources {
-                let (fatbin, entries, isa) = self.compile_fatbin(nvcc, src, &out_dir)?;
+            // One nvcc per source, run concurrently: each is single-threaded and ptxas dominates.
+            let results: Vec<_> = std::thread::scope(|scope| {
+                let jobs: Vec<_> = self
+                    .sources
+                    .iter()
+                    .map(|src| scope.spawn(|| self.compile_fatbin(nvcc, src, &out_dir)))
+                    .collect();
+                jobs.into_iter()
+                    .map(|j| {
+                        j.join().unwrap_or_else(|_| {
+                            Err(Error::CompileFailed {
+                                tool: "nvcc",
+                                what: "a source file".into(),
+                                status: "the compiling thread panicked".into(),
+                                stderr: String::new(),
+                            })
+                        })
+                    })
+                    .collect()
+            });
+            for result in results {
+                let (fatbin, entries, isa) = result?;
                 fatbins.push(Some(fatbin));
                 report.extend(entries);
                 ptx_isa = ptx_isa.or(isa);
@@ -249,6 +269,9 @@ impl DeviceBuild {
         build
             .cpp(true)
             .std("c++17")
+            // Emulated kernels run millions of element operations in the tests: optimize them
+            // even in debug builds.
+            .opt_level(2)
             .define("SYMCOMM_EMU", None)
             .include(EMU_DIR)
             .flag("-include")

@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use symcomm_device::abi::{DevComm, ErrorRecord, WindowHandleRaw};
+use symcomm_device::abi::{CollArgs, DevComm, ErrorRecord, WindowHandleRaw};
 
 fn manifest() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -51,7 +51,7 @@ fn generate() -> String {
     let bindings = bindgen::Builder::default()
         .header(header().to_string_lossy())
         .clang_args(["-x", "c", "-std=c11"])
-        .allowlist_type("DevComm|WindowHandleRaw|ErrorRecord")
+        .allowlist_type("DevComm|WindowHandleRaw|ErrorRecord|CollArgs")
         .allowlist_var("SYMCOMM_.*")
         .derive_default(true)
         .derive_eq(true)
@@ -138,6 +138,23 @@ fn rust_layout() -> Vec<(String, usize)> {
             op,
             detail,
             time_ns
+        }
+    );
+    layout!(
+        out,
+        CollArgs {
+            kind,
+            dtype,
+            redop,
+            root,
+            scope,
+            index,
+            count,
+            src_offset,
+            dst_offset,
+            tile_stride,
+            src,
+            dst
         }
     );
     out

@@ -59,35 +59,63 @@ impl Arena {
             blocks: vec![Block([0; ALIGN]); bytes.div_ceil(ALIGN).max(1)].into_boxed_slice(),
         }
     }
+    fn as_bytes(&self) -> &[u8] {
+        // SAFETY: `Block` is plain bytes (align 256, size 256, no padding), so the boxed slice is
+        // `blocks.len() * ALIGN` initialized bytes.
+        unsafe {
+            std::slice::from_raw_parts(self.blocks.as_ptr().cast::<u8>(), self.blocks.len() * ALIGN)
+        }
+    }
+    fn as_bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_bytes`, with exclusive access through `&mut self`.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.blocks.as_mut_ptr().cast::<u8>(),
+                self.blocks.len() * ALIGN,
+            )
+        }
+    }
     fn addr(&mut self) -> u64 {
         self.blocks.as_mut_ptr() as u64
     }
 }
 
-/// N ranks of one process sharing a signal area and one symmetric window, in the flat layout:
-/// rank r's copy at `base + r * stride`.
+/// N ranks of one process sharing a signal area and symmetric windows, in the flat layout: rank
+/// r's copy of a window at `base + r * stride`.
 pub struct LocalTeam {
     nranks: u32,
-    window_bytes: u64,
-    window_stride: u64,
     signals: Arena,
-    window: Arena,
+    windows: Vec<LocalWindow>,
     errors: Box<[ErrorRecord]>,
     abort: Box<u32>,
 }
 
+struct LocalWindow {
+    bytes: u64,
+    stride: u64,
+    arena: Arena,
+}
+
 impl LocalTeam {
-    /// A team of `nranks` ranks with a window of `window_bytes` bytes per rank, all zeroed.
+    /// A team of `nranks` ranks with one window of `window_bytes` bytes per rank, all zeroed.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for zero ranks.
     pub fn new(nranks: u32, window_bytes: u64) -> Result<Self> {
+        Self::with_windows(nranks, &[window_bytes])
+    }
+
+    /// A team of `nranks` ranks with one window per entry of `window_bytes` (bytes per rank),
+    /// all zeroed. Windows are numbered in that order.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for zero ranks.
+    pub fn with_windows(nranks: u32, window_bytes: &[u64]) -> Result<Self> {
         if nranks == 0 {
             return Err(Error::InvalidArgument(
                 "a team needs at least one rank".into(),
             ));
         }
-        let stride = window_bytes.div_ceil(ALIGN as u64).max(1) * ALIGN as u64;
         let n = nranks as usize;
         let signal_bytes = n * n * SYMCOMM_SIGNAL_SLOTS as usize * 8;
         let zero = ErrorRecord {
@@ -98,12 +126,21 @@ impl LocalTeam {
             detail: 0,
             time_ns: 0,
         };
+        let windows = window_bytes
+            .iter()
+            .map(|&bytes| {
+                let stride = bytes.div_ceil(ALIGN as u64).max(1) * ALIGN as u64;
+                LocalWindow {
+                    bytes,
+                    stride,
+                    arena: Arena::new(stride as usize * n),
+                }
+            })
+            .collect();
         Ok(LocalTeam {
             nranks,
-            window_bytes,
-            window_stride: stride,
             signals: Arena::new(signal_bytes),
-            window: Arena::new(stride as usize * n),
+            windows,
             errors: vec![zero; n].into_boxed_slice(),
             abort: Box::new(0),
         })
@@ -129,19 +166,57 @@ impl LocalTeam {
         }
     }
 
-    /// Device handle of the window for `rank`.
+    /// Device handle of window 0 for `rank`.
     pub fn window(&mut self, rank: u32) -> WindowHandleRaw {
+        self.window_of(0, rank)
+    }
+
+    /// Device handle of window `w` for `rank`. Panics if `w` does not exist (a test harness).
+    pub fn window_of(&mut self, w: usize, rank: u32) -> WindowHandleRaw {
+        let nranks = self.nranks;
+        let win = &mut self.windows[w];
         WindowHandleRaw {
-            base: self.window.addr(),
-            stride: self.window_stride,
-            bytes: self.window_bytes,
+            base: win.arena.addr(),
+            stride: win.stride,
+            bytes: win.bytes,
             rank,
-            nranks: self.nranks,
+            nranks,
         }
+    }
+
+    /// Rank `rank`'s copy of window `w` (read between launches).
+    pub fn bytes(&self, w: usize, rank: u32) -> &[u8] {
+        let win = &self.windows[w];
+        let start = win.stride as usize * rank as usize;
+        &win.arena.as_bytes()[start..start + win.bytes as usize]
+    }
+
+    /// Rank `rank`'s copy of window `w`, writable (between launches).
+    pub fn bytes_mut(&mut self, w: usize, rank: u32) -> &mut [u8] {
+        let win = &mut self.windows[w];
+        let start = win.stride as usize * rank as usize;
+        &mut win.arena.as_bytes_mut()[start..start + win.bytes as usize]
+    }
+
+    /// Raises (or clears) the abort flag that every device-side wait polls.
+    pub fn set_abort(&mut self, raised: bool) {
+        // SAFETY: the flag is a live, aligned u32 owned by the team; kernels read it with atomic
+        // loads while they run, so the host writes it atomically too.
+        let flag = unsafe {
+            std::sync::atomic::AtomicU32::from_ptr(std::ptr::from_mut::<u32>(&mut self.abort))
+        };
+        flag.store(u32::from(raised), std::sync::atomic::Ordering::Release);
     }
 
     /// The error record of `rank` (read between launches).
     pub fn error(&self, rank: u32) -> ErrorRecord {
         self.errors[rank as usize]
+    }
+
+    /// Clears every rank's error record.
+    pub fn clear_errors(&mut self) {
+        for e in self.errors.iter_mut() {
+            e.status = 0;
+        }
     }
 }

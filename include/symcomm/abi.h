@@ -15,7 +15,9 @@
 
 #if defined(__CUDACC_RTC__)
 /* NVRTC has no C library headers; these are the LP64 definitions. */
+typedef int int32_t;
 typedef unsigned int uint32_t;
+typedef long long int64_t;
 typedef unsigned long long uint64_t;
 #else
 #include <stdint.h>
@@ -26,7 +28,11 @@ typedef unsigned long long uint64_t;
 #define SYMCOMM_ABI_VERSION 1u
 
 /** Signal slots per (receiving rank, sending peer) pair in the communicator's signal area. */
-#define SYMCOMM_SIGNAL_SLOTS 64u
+#define SYMCOMM_SIGNAL_SLOTS 256u
+/** Slots [0, SYMCOMM_USER_SIGNAL_SLOTS) are for `signal_set` / `signal_wait_until`. */
+#define SYMCOMM_USER_SIGNAL_SLOTS 64u
+/** Barrier index i uses slot SYMCOMM_USER_SIGNAL_SLOTS + i; i < SYMCOMM_BARRIER_SLOTS. */
+#define SYMCOMM_BARRIER_SLOTS 192u
 
 /* Status of a device-side wait or operation (also the `status` of an ErrorRecord). */
 /** Completed. */
@@ -39,6 +45,8 @@ typedef unsigned long long uint64_t;
 #define SYMCOMM_STATUS_MISMATCH 3u
 /** The kernel was built against a different SYMCOMM_ABI_VERSION than the host. */
 #define SYMCOMM_STATUS_ABI_MISMATCH 4u
+/** A device-side precondition failed (a bad code, an out-of-range index, overlapping buffers). */
+#define SYMCOMM_STATUS_INVALID_ARGUMENT 5u
 
 /* Element types of collectives (`symcomm::DataType` in types.cuh). Part of a collective's
  * fingerprint; the storage formats are described there. */
@@ -87,6 +95,37 @@ typedef unsigned long long uint64_t;
 /* Operation codes recorded in ErrorRecord::op. */
 /** A signal wait (`signal_wait_until`). */
 #define SYMCOMM_OP_SIGNAL_WAIT 1u
+/** A barrier (`barrier`, and the barriers inside collectives). */
+#define SYMCOMM_OP_BARRIER 2u
+/** A collective refused its arguments (detail: the collective kind). */
+#define SYMCOMM_OP_COLLECTIVE 3u
+
+/* Collective kinds (CollArgs::kind; part of the fingerprint, so ranks must agree on the
+ * algorithm too). */
+/** All-reduce, one-shot: every rank reads every peer's input (small messages). */
+#define SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT 0u
+/** All-reduce, two-shot: reduce-scatter then all-gather over peer pointers (large messages). */
+#define SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT 1u
+/** All-gather: rank r's `count` elements land at r * count in every rank's output. */
+#define SYMCOMM_COLL_ALL_GATHER 2u
+/** Reduce-scatter: rank r gets the reduction of every rank's block r. */
+#define SYMCOMM_COLL_REDUCE_SCATTER 3u
+/** Broadcast from `root`. */
+#define SYMCOMM_COLL_BROADCAST 4u
+/** Reduce to `root`. */
+#define SYMCOMM_COLL_REDUCE 5u
+/** Scatter from `root`: rank r gets the root's block r. */
+#define SYMCOMM_COLL_SCATTER 6u
+/** All-to-all: rank r's block p goes to rank p's block r. */
+#define SYMCOMM_COLL_ALL_TO_ALL 7u
+/** Number of collective kinds. */
+#define SYMCOMM_COLL_COUNT 8u
+
+/** Grid scope: every CTA of the launch works on one buffer; CTA b uses barrier slot index + b. */
+#define SYMCOMM_SCOPE_GRID 0u
+/** CTA scope: each CTA b runs its own collective on the tile at offset + b * tile_stride, with
+ *  barrier slot index + b. */
+#define SYMCOMM_SCOPE_CTA 1u
 
 /**
  * Device handle of a communicator (one per rank), passed to kernels by value.
@@ -154,6 +193,39 @@ typedef struct ErrorRecord {
     uint64_t time_ns;
 } ErrorRecord;
 
+/**
+ * Arguments of the built-in collective kernel `symcomm_collective` (one launch = one collective
+ * per scope unit). Counts and offsets are in elements. Buffers are symmetric windows: `src`
+ * (input) and `dst` (output) may be the same window; in place means the same window and the
+ * offsets of the collective's in-place convention (see collectives.cuh).
+ */
+typedef struct CollArgs {
+    /** SYMCOMM_COLL_* */
+    uint32_t kind;
+    /** SYMCOMM_DTYPE_* */
+    uint32_t dtype;
+    /** SYMCOMM_REDOP_* (reductions only; 0 otherwise) */
+    uint32_t redop;
+    /** Root rank (broadcast, reduce, scatter; 0 otherwise) */
+    uint32_t root;
+    /** SYMCOMM_SCOPE_* */
+    uint32_t scope;
+    /** First barrier slot */
+    uint32_t index;
+    /** Elements per rank block (see each collective) */
+    uint64_t count;
+    /** Input offset in `src` */
+    uint64_t src_offset;
+    /** Output offset in `dst` */
+    uint64_t dst_offset;
+    /** CTA scope: elements between consecutive CTAs' tiles (in both windows) */
+    uint64_t tile_stride;
+    /** Input window */
+    WindowHandleRaw src;
+    /** Output window */
+    WindowHandleRaw dst;
+} CollArgs;
+
 /* Layout pins; the Rust mirror asserts the same numbers. */
 #if defined(__cplusplus)
 #define SYMCOMM_ABI_ASSERT(cond, msg) static_assert(cond, msg)
@@ -172,6 +244,7 @@ SYMCOMM_ABI_ASSERT(__builtin_offsetof(DevComm, timeout_ns) == 48, "DevComm.timeo
 SYMCOMM_ABI_ASSERT(__builtin_offsetof(WindowHandleRaw, rank) == 24, "WindowHandleRaw.rank");
 SYMCOMM_ABI_ASSERT(__builtin_offsetof(ErrorRecord, detail) == 16, "ErrorRecord.detail");
 #endif
+SYMCOMM_ABI_ASSERT(sizeof(CollArgs) == 120 && SYMCOMM_ABI_ALIGNOF(CollArgs) == 8, "CollArgs layout");
 #undef SYMCOMM_ABI_ASSERT
 #undef SYMCOMM_ABI_ALIGNOF
 

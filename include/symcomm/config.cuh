@@ -24,6 +24,15 @@
 #define SYMCOMM_DEVICE __device__ __forceinline__
 #endif
 
+/// Qualifier of device-library functions that are large and called from many places (barriers,
+/// the bounded wait, per-item reductions): kept out of line so that kernels instantiating many
+/// collectives stay small and fast to compile (ptxas time grows faster than linearly with size).
+#if defined(SYMCOMM_EMU)
+#define SYMCOMM_DEVICE_NOINLINE __attribute__((noinline))
+#else
+#define SYMCOMM_DEVICE_NOINLINE __device__ __noinline__
+#endif
+
 /// Marks a kernel for the emulator: generates the `symcomm_emu_entry_<name>` entry point through
 /// which the emulator runtime calls it with cuLaunchKernel-style `void** args`. Expands to nothing
 /// under nvcc / NVRTC. Write it once after each `extern "C" __global__` kernel definition.

@@ -23,6 +23,7 @@ enum class Status : uint32_t {
     Aborted = SYMCOMM_STATUS_ABORTED,
     Mismatch = SYMCOMM_STATUS_MISMATCH,
     AbiMismatch = SYMCOMM_STATUS_ABI_MISMATCH,
+    InvalidArgument = SYMCOMM_STATUS_INVALID_ARGUMENT,
 };
 
 /// Address of the signal slot `slot` that rank `owner` reserves for writes from rank `from`.
@@ -65,27 +66,54 @@ SYMCOMM_DEVICE void signal_set(Thread, const DevComm& comm, uint32_t peer, uint3
     st_release<S>(signal_slot(comm, peer, comm.rank, slot), value);
 }
 
+/// Polls the 64-bit word `p` with acquire loads until `done(value)` holds; the bounded wait
+/// under every symcomm wait. Called by one thread. Returns Ok (with `seen` = the value that
+/// satisfied `done`, acquire ordering), or Aborted / Timeout after recording the error with
+/// `peer`, `op` and `detail` in the rank's ErrorRecord.
+template <Scope S, typename Done>
+SYMCOMM_DEVICE Status poll_until(Thread t, const DevComm& comm, const uint64_t* p, Done done, uint32_t peer,
+                                 uint32_t op, uint64_t detail, uint64_t& seen) {
+    seen = ld_acquire<S>(p);
+    if (done(seen)) return Status::Ok;
+    const uint64_t start = globaltimer_ns();
+    for (uint32_t spins = 0;; ++spins) {
+        seen = ld_acquire<S>(p);
+        if (done(seen)) return Status::Ok;
+        if (abort_requested(comm)) {
+            record_error(t, comm, Status::Aborted, peer, op, detail);
+            return Status::Aborted;
+        }
+        if (globaltimer_ns() - start > comm.timeout_ns) {
+            record_error(t, comm, Status::Timeout, peer, op, detail);
+            return Status::Timeout;
+        }
+        backoff(spins < 64 ? 32 : 256);
+    }
+}
+
 /// Waits until the slot `slot` that this rank reserves for `peer` holds a value >= `value`.
 /// Called by one thread. Returns Status::Ok with acquire ordering (the peer's writes before its
 /// signal are visible), or Timeout / Aborted after recording the error; never spins forever.
 template <Scope S = Scope::Sys>
 SYMCOMM_DEVICE Status signal_wait_until(Thread t, const DevComm& comm, uint32_t peer, uint32_t slot,
                                         uint64_t value) {
-    const uint64_t* p = signal_slot(comm, comm.rank, peer, slot);
-    if (ld_acquire<S>(p) >= value) return Status::Ok;
-    const uint64_t start = globaltimer_ns();
-    for (uint32_t spins = 0;; ++spins) {
-        if (ld_acquire<S>(p) >= value) return Status::Ok;
-        if (abort_requested(comm)) {
-            record_error(t, comm, Status::Aborted, peer, SYMCOMM_OP_SIGNAL_WAIT, value);
-            return Status::Aborted;
-        }
-        if (globaltimer_ns() - start > comm.timeout_ns) {
-            record_error(t, comm, Status::Timeout, peer, SYMCOMM_OP_SIGNAL_WAIT, value);
-            return Status::Timeout;
-        }
-        backoff(spins < 64 ? 32 : 256);
-    }
+    uint64_t seen;
+    return poll_until<S>(t, comm, signal_slot(comm, comm.rank, peer, slot),
+                         [value](uint64_t v) { return v >= value; }, peer, SYMCOMM_OP_SIGNAL_WAIT, value, seen);
+}
+
+/// Combines the statuses of a group's threads (a collective call of the group, which it also
+/// synchronizes): Ok when every thread had Ok, else the most specific failure any thread saw
+/// (Mismatch, then AbiMismatch, InvalidArgument, Aborted, Timeout). The fast path is one
+/// group-wide vote.
+template <typename Group>
+SYMCOMM_DEVICE Status group_status(Group g, Status s) {
+    if (!g.any(s != Status::Ok)) return Status::Ok;
+    if (g.any(s == Status::Mismatch)) return Status::Mismatch;
+    if (g.any(s == Status::AbiMismatch)) return Status::AbiMismatch;
+    if (g.any(s == Status::InvalidArgument)) return Status::InvalidArgument;
+    if (g.any(s == Status::Aborted)) return Status::Aborted;
+    return Status::Timeout;
 }
 
 }  // namespace symcomm

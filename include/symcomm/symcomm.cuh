@@ -21,3 +21,5 @@
 #include <symcomm/signal.cuh>
 #include <symcomm/types.cuh>
 #include <symcomm/window.cuh>
+#include <symcomm/barrier.cuh>
+#include <symcomm/collectives.cuh>

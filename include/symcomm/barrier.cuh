@@ -1,0 +1,90 @@
+// symcomm device library: barriers across the ranks of a communicator.
+//
+// A barrier is a signal exchange on one of the communicator's barrier slots: every rank
+// release-stores `(epoch << 32) | fingerprint` into the slot that each peer reserves for it, then
+// acquire-polls its own slots until every peer reached the same epoch. The epoch comes from the
+// rank's own slot (the one it reserves for itself), so it lives in device memory, only grows, and
+// needs no host help across back-to-back launches or CUDA-graph replay.
+//
+// The fingerprint (a hash of collective kind, dtype, op, count, root: `fingerprint()`) travels
+// with the epoch. A rank that sees a peer arrive at the same epoch with a different fingerprint
+// returns Status::Mismatch instead of exchanging data with a rank that called something else; the
+// check is symmetric, so every rank of a mismatched pair reports it.
+#pragma once
+
+#include <symcomm/group.cuh>
+#include <symcomm/memory.cuh>
+#include <symcomm/signal.cuh>
+
+namespace symcomm {
+
+/// Hash of what a collective call is (kind, dtype, reduction op, element count, root), carried
+/// by its barriers so that mismatched calls across ranks are detected. Any thread may call it.
+SYMCOMM_DEVICE uint32_t fingerprint(uint32_t kind, uint32_t dtype, uint32_t op, uint64_t count, uint32_t root) {
+    // FNV-1a over the fields, then a final avalanche (murmur3 fmix32).
+    uint32_t h = 2166136261u;
+    const uint32_t words[6] = {kind, dtype, op, uint32_t(count), uint32_t(count >> 32), root};
+    for (uint32_t i = 0; i < 6; ++i) {
+        for (uint32_t b = 0; b < 4; ++b) {
+            h ^= (words[i] >> (8 * b)) & 0xffu;
+            h *= 16777619u;
+        }
+    }
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16;
+    return h;
+}
+
+/// Barrier across every rank of `comm` on barrier slot `index`.
+///
+/// Who calls: every thread of group `g`, on every rank, with the same `index` and (for the call
+/// to succeed) the same `fingerprint`. At most one group per rank may use a given index at a
+/// time (grid-scope code uses `blockIdx.x`; CTA-scope code a caller-chosen index).
+/// Pre: index < SYMCOMM_BARRIER_SLOTS.
+/// Ordering: every write made by the group's threads (on any rank, to any rank's memory) before
+/// the barrier is visible to every thread of every rank's group after its barrier returned Ok
+/// (release and acquire at system scope; the group is synchronized on entry and on return).
+/// Returns (the same on every thread of the group) Ok; Mismatch when a peer arrived with another
+/// fingerprint; Timeout when a peer did not arrive within `comm.timeout_ns`; Aborted when the
+/// abort flag was raised. Failures are recorded in the rank's ErrorRecord (op
+/// SYMCOMM_OP_BARRIER, detail = the barrier index << 32 | the peer's fingerprint on mismatch).
+template <typename Group>
+SYMCOMM_DEVICE_NOINLINE Status barrier(Group g, const DevComm& comm, uint32_t index, uint32_t fp = 0) {
+    if (index >= SYMCOMM_BARRIER_SLOTS) {
+        if (g.thread_rank() == 0) record_error(Thread{}, comm, Status::InvalidArgument, comm.rank, SYMCOMM_OP_BARRIER, index);
+        return Status::InvalidArgument;
+    }
+    const uint32_t slot = SYMCOMM_USER_SIGNAL_SLOTS + index;
+    const uint64_t* self = signal_slot(comm, comm.rank, comm.rank, slot);
+    // Every thread reads the previous epoch before the sync below; the thread that stores the new
+    // one into `self` does so after it.
+    const uint32_t epoch = uint32_t(ld_relaxed<Scope::Sys>(self) >> 32) + 1u;
+    const uint64_t mine = (uint64_t(epoch) << 32) | fp;
+    // Orders the group's earlier writes before the release stores (bar.sync, then a cumulative
+    // release by the storing thread).
+    g.sync();
+    for (uint32_t p = g.thread_rank(); p < comm.nranks; p += g.size()) {
+        st_release<Scope::Sys>(signal_slot(comm, p, comm.rank, slot), mine);
+    }
+    Status s = Status::Ok;
+    for (uint32_t p = g.thread_rank(); p < comm.nranks && s == Status::Ok; p += g.size()) {
+        uint64_t seen = 0;
+        // Reached: the peer's epoch is ours or later (wrap-safe); a later epoch means the peer
+        // already passed this barrier, which it could only do after checking our fingerprint.
+        s = poll_until<Scope::Sys>(
+            Thread{}, comm, signal_slot(comm, comm.rank, p, slot),
+            [epoch](uint64_t v) { return int32_t(uint32_t(v >> 32) - epoch) >= 0; }, p, SYMCOMM_OP_BARRIER,
+            uint64_t(index) << 32, seen);
+        if (s == Status::Ok && uint32_t(seen >> 32) == epoch && uint32_t(seen) != fp) {
+            record_error(Thread{}, comm, Status::Mismatch, p, SYMCOMM_OP_BARRIER, (uint64_t(index) << 32) | uint32_t(seen));
+            s = Status::Mismatch;
+        }
+    }
+    // The vote synchronizes the group, handing the acquired peers' writes on to every thread.
+    return group_status(g, s);
+}
+
+}  // namespace symcomm

@@ -1,0 +1,103 @@
+// The built-in collective kernel: one launch runs one collective of the device library
+// (collectives.cuh) described by a CollArgs, at grid scope (every CTA on one buffer) or CTA
+// scope (CTA b runs its own collective on the tile at offset + b * tile_stride, barrier slot
+// index + b). Host collectives launch it; the tests drive every dtype, op, kind and scope
+// through it on the emulator and on GPUs.
+//
+// Launch: any grid and block size (blocks of at least nranks threads for in-place all-to-all);
+// every rank launches the same configuration with the same CollArgs except its own windows.
+// Errors (Timeout, Aborted, Mismatch, InvalidArgument) land in the rank's ErrorRecord.
+#pragma once
+
+#include <symcomm/symcomm.cuh>
+
+namespace {
+
+using namespace symcomm;
+
+/// The arguments one CTA works with, after applying the scope.
+struct Call {
+    DevComm comm;
+    CollArgs a;
+    CollScope scope;
+    uint64_t soff, doff;
+};
+
+template <typename T, RedOp Op>
+struct RunReduction {
+    static SYMCOMM_DEVICE void run(Cta g, const Call& c, Status& st) {
+        const WindowHandle<T> src(c.a.src), dst(c.a.dst);
+        switch (c.a.kind) {
+            case SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT:
+                st = all_reduce_one_shot<Op>(g, c.comm, c.scope, src, c.soff, dst, c.doff, c.a.count);
+                break;
+            case SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT:
+                st = all_reduce_two_shot<Op>(g, c.comm, c.scope, src, c.soff, dst, c.doff, c.a.count);
+                break;
+            case SYMCOMM_COLL_REDUCE_SCATTER:
+                st = reduce_scatter<Op>(g, c.comm, c.scope, src, c.soff, dst, c.doff, c.a.count);
+                break;
+            default:
+                st = reduce<Op>(g, c.comm, c.scope, c.a.root, src, c.soff, dst, c.doff, c.a.count);
+                break;
+        }
+    }
+};
+
+template <typename T>
+SYMCOMM_DEVICE Status run_copy(Cta g, const Call& c) {
+    const WindowHandle<T> src(c.a.src), dst(c.a.dst);
+    switch (c.a.kind) {
+        case SYMCOMM_COLL_ALL_GATHER:
+            return all_gather(g, c.comm, c.scope, src, c.soff, dst, c.doff, c.a.count);
+        case SYMCOMM_COLL_BROADCAST:
+            return broadcast(g, c.comm, c.scope, c.a.root, src, c.soff, dst, c.doff, c.a.count);
+        case SYMCOMM_COLL_SCATTER:
+            return scatter(g, c.comm, c.scope, c.a.root, src, c.soff, dst, c.doff, c.a.count);
+        default:
+            return all_to_all(g, c.comm, c.scope, src, c.soff, dst, c.doff, c.a.count);
+    }
+}
+
+
+/// The kernel body for element type `T` (one kernel per dtype keeps each kernel small: ptxas time
+/// grows faster than linearly with kernel size).
+template <typename T>
+SYMCOMM_DEVICE void collective(const DevComm& comm, const CollArgs& args) {
+    const Cta g;
+    if (comm.abi_version != SYMCOMM_ABI_VERSION) {
+        if (g.thread_rank() == 0) record_error(Thread{}, comm, Status::AbiMismatch, comm.rank, SYMCOMM_OP_COLLECTIVE, args.kind);
+        return;
+    }
+    const uint32_t block = detail::linear_block_index();
+    Call c{comm, args, grid_scope(args.index), args.src_offset, args.dst_offset};
+    if (args.scope == SYMCOMM_SCOPE_CTA) {
+        c.scope = cta_scope(args.index + block);
+        c.soff += uint64_t(block) * args.tile_stride;
+        c.doff += uint64_t(block) * args.tile_stride;
+    }
+    const bool reduction = args.kind == SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT || args.kind == SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT ||
+                           args.kind == SYMCOMM_COLL_REDUCE_SCATTER || args.kind == SYMCOMM_COLL_REDUCE;
+    const bool valid = args.kind < SYMCOMM_COLL_COUNT && args.dtype == uint32_t(TypeTraits<T>::dtype) &&
+                       (!reduction || redop_valid(args.redop)) && args.scope <= SYMCOMM_SCOPE_CTA;
+    if (!valid) {
+        if (g.thread_rank() == 0) {
+            record_error(Thread{}, comm, Status::InvalidArgument, comm.rank, SYMCOMM_OP_COLLECTIVE, args.kind);
+        }
+        return;
+    }
+    Status st = Status::Ok;  // failures are in the ErrorRecord
+    if (reduction) {
+        symcomm::detail::dispatch_op<RunReduction, T>(RedOp(args.redop), g, c, st);
+    } else {
+        st = run_copy<T>(g, c);
+    }
+    (void)st;
+}
+
+}  // namespace
+
+/// `symcomm_collective_<dtype>(DevComm comm, CollArgs args)`: the collective `args` on elements
+/// of `<dtype>` (args.dtype must match).
+#define SYMCOMM_COLLECTIVE_KERNEL(suffix, T) \
+    extern "C" __global__ void symcomm_collective_##suffix(DevComm comm, CollArgs args) { collective<T>(comm, args); }

@@ -1,0 +1,441 @@
+// symcomm device library: collectives over symmetric windows, callable from any kernel.
+//
+// Every collective is a collective call of one CTA (`Cta` group) on every rank, at one of two
+// scopes (`CollScope`):
+//   - grid scope (`grid_scope(first_slot)`): every CTA of the launch calls it with the same
+//     arguments; CTA b works on the b-th part of the elements and uses barrier slot
+//     first_slot + b. Every rank must launch the same grid.
+//   - CTA scope (`cta_scope(slot)`): the calling CTA alone does the whole collective on its own
+//     barrier slot (a GEMM epilogue reducing its own tile). Other CTAs may run other CTA-scope
+//     collectives on other slots at the same time.
+//
+// Buffers are symmetric windows (`WindowHandle<T>`) with element offsets; `src` and `dst` may be
+// the same window (window-to-window or in place). Counts are per-rank block sizes, as in NCCL:
+//   all_reduce_*     src[soff, +count)          -> dst[doff, +count)
+//   all_gather       src[soff, +count)          -> dst[doff + r*count, +count) for every r
+//   reduce_scatter   src[soff + r*count, +count) of every rank, reduced -> rank r's dst[doff, +count)
+//   broadcast        root's src[soff, +count)   -> dst[doff, +count)
+//   reduce           src[soff, +count)          -> root's dst[doff, +count)
+//   scatter          root's src[soff + r*count, +count) -> rank r's dst[doff, +count)
+//   all_to_all       src[soff + p*count, +count) of rank r -> dst[doff + r*count, +count) of rank p
+// Offsets are the same on every rank (the windows are symmetric), except that an in-place
+// all-gather passes soff = doff + rank*count, NCCL's in-place convention, on each rank.
+// In place means the same window with the offsets NCCL uses for in-place calls: all-reduce,
+// broadcast, reduce, all-to-all: soff == doff; all-gather: soff == doff + rank*count;
+// reduce-scatter and scatter: doff == soff + rank*count. Any other overlap of an input and an
+// output range is refused (Status::InvalidArgument).
+//
+// Ordering: on entry each collective waits (barrier) until every rank entered it — so inputs
+// written before the call, by this CTA or in stream order before the kernel, are read — and it
+// returns only when no peer will read this rank's buffers for it any more, so the caller may
+// overwrite its input and read its output at once (this CTA's threads; other CTAs of the grid
+// after a grid-wide sync of the caller's own). Counts and offsets may be anything (0, odd, not
+// divisible by the rank count); 16-byte vector loads and stores are used wherever the input and
+// output phases agree, scalar heads and tails elsewhere.
+//
+// Every call returns the same Status on every thread of the CTA: Ok, or the failure of a barrier
+// (Timeout, Aborted, Mismatch when ranks called different collectives or counts) or
+// InvalidArgument; failures are also recorded in the rank's ErrorRecord. After a failure the
+// communicator's barrier epochs are out of step: the host must treat the communicator as broken.
+//
+// Results are bitwise identical on every rank: peers are reduced in rank order 0..n-1 with one
+// rounding per element (accumulation in the type's accumulation type, see reduce.cuh).
+#pragma once
+
+#include <symcomm/barrier.cuh>
+#include <symcomm/group.cuh>
+#include <symcomm/reduce.cuh>
+#include <symcomm/types.cuh>
+#include <symcomm/window.cuh>
+
+namespace symcomm {
+
+/// Where a collective call runs: grid scope (all CTAs, slot `index + blockIdx`) or CTA scope
+/// (this CTA, slot `index`). Build it with `grid_scope` / `cta_scope`.
+struct CollScope {
+    /// 1 for grid scope, 0 for CTA scope.
+    uint32_t grid;
+    /// Grid scope: first barrier slot; CTA scope: the barrier slot.
+    uint32_t index;
+};
+
+/// Grid scope: every CTA of the launch cooperates; CTA b uses barrier slot `first_slot + b`.
+SYMCOMM_DEVICE CollScope grid_scope(uint32_t first_slot = 0) { return CollScope{1u, first_slot}; }
+
+/// CTA scope: the calling CTA alone, on barrier slot `slot`.
+SYMCOMM_DEVICE CollScope cta_scope(uint32_t slot) { return CollScope{0u, slot}; }
+
+namespace detail {
+
+SYMCOMM_DEVICE uint32_t linear_block_index() { return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z); }
+SYMCOMM_DEVICE uint32_t grid_blocks() { return gridDim.x * gridDim.y * gridDim.z; }
+SYMCOMM_DEVICE uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+/// The elements [lo, hi) of [begin, end) this CTA handles, and its barrier slot. Grid scope cuts
+/// at multiples of `quantum` elements (a pack) so that parts stay vector-aligned.
+struct Part {
+    uint64_t lo, hi;
+    uint32_t slot;
+};
+
+SYMCOMM_DEVICE Part part_of(CollScope s, uint64_t begin, uint64_t end, uint32_t quantum) {
+    if (!s.grid) return Part{begin, end, s.index};
+    const uint64_t n = end - begin;
+    const uint64_t g = grid_blocks();
+    const uint64_t per = ((n + quantum - 1) / quantum + g - 1) / g * quantum;
+    const uint64_t lo = min_u64(uint64_t(linear_block_index()) * per, n);
+    return Part{begin + lo, begin + min_u64(lo + per, n), s.index + linear_block_index()};
+}
+
+/// A range of elements cut into work items: a scalar head up to the first 16-byte boundary,
+/// whole 16-byte packs, a scalar tail. Item k is one element or one pack.
+template <typename T>
+struct Items {
+    static constexpr uint32_t P = Pack16<T>::N;
+    uint64_t lo, head, packs, tail;
+
+    /// `vec`: every buffer involved has the same address phase mod 16 (else all scalar);
+    /// `ref_addr`: the address of element `lo` in one of them.
+    SYMCOMM_DEVICE Items(uint64_t lo_, uint64_t hi, bool vec, uint64_t ref_addr) : lo(lo_) {
+        const uint64_t n = hi - lo_;
+        head = vec ? min_u64(n, ((16u - (ref_addr & 15u)) & 15u) / sizeof(T)) : n;
+        packs = (n - head) / P;
+        tail = n - head - packs * P;
+    }
+    SYMCOMM_DEVICE uint64_t total() const { return head + packs + tail; }
+    /// First element of item k (< total()); `is_pack` tells whether it is a whole pack.
+    SYMCOMM_DEVICE uint64_t first(uint64_t k, bool& is_pack) const {
+        is_pack = k >= head && k < head + packs;
+        if (k < head) return lo + k;
+        if (is_pack) return lo + head + (k - head) * P;
+        return lo + head + packs * P + (k - head - packs);
+    }
+};
+
+template <typename T>
+SYMCOMM_DEVICE uint32_t phase(const T* p) {
+    return uint32_t(reinterpret_cast<uint64_t>(p) & 15u);
+}
+
+template <typename T>
+SYMCOMM_DEVICE Pack16<T> load_item(const T* p, bool is_pack) {
+    if (is_pack) return load_pack(p);
+    Pack16<T> v;
+    v.e[0] = *p;
+    return v;
+}
+
+template <typename T>
+SYMCOMM_DEVICE void store_item(T* p, const Pack16<T>& v, bool is_pack) {
+    if (is_pack) {
+        store_pack(p, v);
+    } else {
+        *p = v.e[0];
+    }
+}
+
+/// Reduces item `index` (element or pack) of every rank's copy of `src`, peers in rank order.
+template <typename T, RedOp Op>
+SYMCOMM_DEVICE_NOINLINE Pack16<T> reduce_item(const WindowHandle<T>& src, uint64_t index, uint32_t n, bool is_pack) {
+    if (is_pack) {
+        return reduce_packs_from<T, Op>(n, n, [&](uint32_t p) { return load_pack(src.peer_ptr(p, index)); });
+    }
+    Accumulator<T, Op> acc;
+    acc.first(*src.peer_ptr(0, index));
+    for (uint32_t p = 1; p < n; ++p) acc.add(*src.peer_ptr(p, index));
+    Pack16<T> v;
+    v.e[0] = acc.result(n);
+    return v;
+}
+
+/// Runs `compute(i, is_pack) -> Pack16<T>` and `write(i, value, is_pack)` for every item of `it`
+/// on the CTA's threads. `chunked` (in place): each round computes one item per thread into
+/// registers, then a barrier (every rank has read the round's inputs), then writes, so no rank
+/// overwrites an input a peer has not read yet. Every rank runs the same rounds (the items depend
+/// only on count, scope and address phases, which agree across ranks).
+template <typename T, typename Compute, typename Write>
+SYMCOMM_DEVICE Status run_items(Cta g, const DevComm& comm, const Items<T>& it, bool chunked, uint32_t slot, uint32_t fp,
+                                Compute compute, Write write) {
+    const uint64_t total = it.total();
+    if (!chunked) {
+        for (uint64_t k = g.thread_rank(); k < total; k += g.size()) {
+            bool is_pack;
+            const uint64_t i = it.first(k, is_pack);
+            write(i, compute(i, is_pack), is_pack);
+        }
+        return Status::Ok;
+    }
+    for (uint64_t base = 0; base < total; base += g.size()) {
+        const uint64_t k = base + g.thread_rank();
+        bool is_pack = false;
+        uint64_t i = 0;
+        Pack16<T> v;
+        if (k < total) {
+            i = it.first(k, is_pack);
+            v = compute(i, is_pack);
+        }
+        const Status s = barrier(g, comm, slot, fp);
+        if (s != Status::Ok) return s;
+        if (k < total) write(i, v, is_pack);
+    }
+    return Status::Ok;
+}
+
+/// Copies `count`-element part [lo, hi) from `from + i` to `to + i`, vectorized when phases agree.
+template <typename T>
+SYMCOMM_DEVICE void copy_part(Cta g, const T* from, T* to, uint64_t lo, uint64_t hi) {
+    if (from == to) return;
+    const Items<T> it(lo, hi, phase(from) == phase(to), reinterpret_cast<uint64_t>(from + lo));
+    for (uint64_t k = g.thread_rank(); k < it.total(); k += g.size()) {
+        bool is_pack;
+        const uint64_t i = it.first(k, is_pack);
+        store_item(to + i, load_item(from + i, is_pack), is_pack);
+    }
+}
+
+/// Same window, and do [a, a+na) and [b, b+nb) (elements) intersect?
+template <typename T>
+SYMCOMM_DEVICE bool overlaps(const WindowHandle<T>& x, uint64_t a, uint64_t na, const WindowHandle<T>& y, uint64_t b,
+                             uint64_t nb) {
+    return x.raw.base == y.raw.base && na > 0 && nb > 0 && a < b + nb && b < a + na;
+}
+
+template <typename T>
+SYMCOMM_DEVICE Status refuse(Cta g, const DevComm& comm, uint32_t kind) {
+    if (g.thread_rank() == 0) {
+        record_error(Thread{}, comm, Status::InvalidArgument, comm.rank, SYMCOMM_OP_COLLECTIVE, kind);
+    }
+    return Status::InvalidArgument;
+}
+
+template <typename T>
+SYMCOMM_DEVICE uint32_t coll_fingerprint(uint32_t kind, uint32_t redop, uint64_t count, uint32_t root) {
+    return fingerprint(kind, uint32_t(TypeTraits<T>::dtype), redop, count, root);
+}
+
+}  // namespace detail
+
+/// All-reduce, one-shot: each rank reads every peer's input and reduces it itself (one step of
+/// latency; for small messages). `src[soff, +count)` of every rank, reduced with `Op`, lands in
+/// every rank's `dst[doff, +count)`. In place (same window, soff == doff) runs in rounds of one
+/// item per thread with a barrier per round.
+template <RedOp Op, typename T>
+SYMCOMM_DEVICE Status all_reduce_one_shot(Cta g, const DevComm& comm, CollScope scope, WindowHandle<T> src, uint64_t soff,
+                                          WindowHandle<T> dst, uint64_t doff, uint64_t count) {
+    using namespace detail;
+    const uint32_t kind = SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT;
+    const bool in_place = src.raw.base == dst.raw.base && soff == doff;
+    if (!in_place && overlaps(src, soff, count, dst, doff, count)) return refuse<T>(g, comm, kind);
+    const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, 0);
+    const Part part = part_of(scope, 0, count, Pack16<T>::N);
+    Status s = barrier(g, comm, part.slot, fp);
+    if (s != Status::Ok) return s;
+    const bool vec = phase(src.local_ptr(soff)) == phase(dst.local_ptr(doff));
+    const Items<T> it(part.lo, part.hi, vec, reinterpret_cast<uint64_t>(src.local_ptr(soff + part.lo)));
+    s = run_items<T>(
+        g, comm, it, in_place, part.slot, fp,
+        [&](uint64_t i, bool pk) { return reduce_item<T, Op>(src, soff + i, comm.nranks, pk); },
+        [&](uint64_t i, const Pack16<T>& v, bool pk) { store_item(dst.local_ptr(doff + i), v, pk); });
+    if (s != Status::Ok || in_place) return s;
+    return barrier(g, comm, part.slot, fp);
+}
+
+/// All-reduce, two-shot: rank r reduces block r of the elements (a reduce-scatter into its own
+/// `dst`), then every rank gathers the other blocks from their owners' `dst` (an all-gather).
+/// Reads each input once in total instead of once per rank: for large messages. Same buffers
+/// and in-place rule as all_reduce_one_shot; in place needs no extra rounds.
+template <RedOp Op, typename T>
+SYMCOMM_DEVICE Status all_reduce_two_shot(Cta g, const DevComm& comm, CollScope scope, WindowHandle<T> src, uint64_t soff,
+                                          WindowHandle<T> dst, uint64_t doff, uint64_t count) {
+    using namespace detail;
+    const uint32_t kind = SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT;
+    const bool in_place = src.raw.base == dst.raw.base && soff == doff;
+    if (!in_place && overlaps(src, soff, count, dst, doff, count)) return refuse<T>(g, comm, kind);
+    const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, 0);
+    const uint32_t P = Pack16<T>::N;
+    const uint32_t n = comm.nranks;
+    const uint64_t block = ((count + P - 1) / P + n - 1) / n * P;
+    const uint64_t mine_lo = min_u64(uint64_t(comm.rank) * block, count);
+    const Part part = part_of(scope, mine_lo, min_u64(mine_lo + block, count), P);
+    Status s = barrier(g, comm, part.slot, fp);
+    if (s != Status::Ok) return s;
+    const bool vec = phase(src.local_ptr(soff)) == phase(dst.local_ptr(doff));
+    const Items<T> it(part.lo, part.hi, vec, reinterpret_cast<uint64_t>(src.local_ptr(soff + part.lo)));
+    run_items<T>(
+        g, comm, it, false, part.slot, fp,
+        [&](uint64_t i, bool pk) { return reduce_item<T, Op>(src, soff + i, n, pk); },
+        [&](uint64_t i, const Pack16<T>& v, bool pk) { store_item(dst.local_ptr(doff + i), v, pk); });
+    s = barrier(g, comm, part.slot, fp);
+    if (s != Status::Ok) return s;
+    for (uint32_t q = 0; q < n; ++q) {
+        if (q == comm.rank) continue;
+        const uint64_t lo = min_u64(uint64_t(q) * block, count);
+        const Part pq = part_of(scope, lo, min_u64(lo + block, count), P);
+        copy_part(g, dst.peer_ptr(q, doff), dst.local_ptr(doff), pq.lo, pq.hi);
+    }
+    return barrier(g, comm, part.slot, fp);
+}
+
+/// All-gather: rank r's `src[soff, +count)` lands in every rank's `dst[doff + r*count, +count)`.
+/// In place: soff == doff + rank*count in the same window.
+template <typename T>
+SYMCOMM_DEVICE Status all_gather(Cta g, const DevComm& comm, CollScope scope, WindowHandle<T> src, uint64_t soff,
+                                 WindowHandle<T> dst, uint64_t doff, uint64_t count) {
+    using namespace detail;
+    const uint32_t kind = SYMCOMM_COLL_ALL_GATHER;
+    const uint32_t n = comm.nranks;
+    const bool in_place = src.raw.base == dst.raw.base && soff == doff + uint64_t(comm.rank) * count;
+    if (!in_place && overlaps(src, soff, count, dst, doff, count * n)) return refuse<T>(g, comm, kind);
+    const uint32_t fp = coll_fingerprint<T>(kind, 0, count, 0);
+    const Part part = part_of(scope, 0, count, Pack16<T>::N);
+    Status s = barrier(g, comm, part.slot, fp);
+    if (s != Status::Ok) return s;
+    for (uint32_t p = 0; p < n; ++p) {
+        // In place, rank p's input sits in its own block of the output.
+        const uint64_t from = in_place ? doff + uint64_t(p) * count : soff;
+        copy_part(g, src.peer_ptr(p, from), dst.local_ptr(doff + uint64_t(p) * count), part.lo, part.hi);
+    }
+    return barrier(g, comm, part.slot, fp);
+}
+
+/// Reduce-scatter: block r (`src[soff + r*count, +count)`) of every rank, reduced with `Op`,
+/// lands in rank r's `dst[doff, +count)`. In place: doff == soff + rank*count, same window.
+template <RedOp Op, typename T>
+SYMCOMM_DEVICE Status reduce_scatter(Cta g, const DevComm& comm, CollScope scope, WindowHandle<T> src, uint64_t soff,
+                                     WindowHandle<T> dst, uint64_t doff, uint64_t count) {
+    using namespace detail;
+    const uint32_t kind = SYMCOMM_COLL_REDUCE_SCATTER;
+    const uint32_t n = comm.nranks;
+    const uint64_t sblock = soff + uint64_t(comm.rank) * count;
+    const bool in_place = src.raw.base == dst.raw.base && doff == sblock;
+    if (!in_place && overlaps(src, soff, count * n, dst, doff, count)) return refuse<T>(g, comm, kind);
+    const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, 0);
+    const Part part = part_of(scope, 0, count, Pack16<T>::N);
+    Status s = barrier(g, comm, part.slot, fp);
+    if (s != Status::Ok) return s;
+    const bool vec = phase(src.local_ptr(sblock)) == phase(dst.local_ptr(doff));
+    const Items<T> it(part.lo, part.hi, vec, reinterpret_cast<uint64_t>(src.local_ptr(sblock + part.lo)));
+    run_items<T>(
+        g, comm, it, false, part.slot, fp,
+        [&](uint64_t i, bool pk) { return reduce_item<T, Op>(src, sblock + i, n, pk); },
+        [&](uint64_t i, const Pack16<T>& v, bool pk) { store_item(dst.local_ptr(doff + i), v, pk); });
+    return barrier(g, comm, part.slot, fp);
+}
+
+/// Broadcast: `root`'s `src[soff, +count)` lands in every rank's `dst[doff, +count)`. In place:
+/// soff == doff in the same window (the root then copies nothing).
+template <typename T>
+SYMCOMM_DEVICE Status broadcast(Cta g, const DevComm& comm, CollScope scope, uint32_t root, WindowHandle<T> src,
+                                uint64_t soff, WindowHandle<T> dst, uint64_t doff, uint64_t count) {
+    using namespace detail;
+    const uint32_t kind = SYMCOMM_COLL_BROADCAST;
+    const bool in_place = src.raw.base == dst.raw.base && soff == doff;
+    if (root >= comm.nranks || (!in_place && overlaps(src, soff, count, dst, doff, count))) {
+        return refuse<T>(g, comm, kind);
+    }
+    const uint32_t fp = coll_fingerprint<T>(kind, 0, count, root);
+    const Part part = part_of(scope, 0, count, Pack16<T>::N);
+    Status s = barrier(g, comm, part.slot, fp);
+    if (s != Status::Ok) return s;
+    copy_part(g, src.peer_ptr(root, soff), dst.local_ptr(doff), part.lo, part.hi);
+    return barrier(g, comm, part.slot, fp);
+}
+
+/// Reduce: every rank's `src[soff, +count)`, reduced with `Op`, lands in `root`'s
+/// `dst[doff, +count)` (other ranks' `dst` is untouched). In place: soff == doff, same window.
+template <RedOp Op, typename T>
+SYMCOMM_DEVICE Status reduce(Cta g, const DevComm& comm, CollScope scope, uint32_t root, WindowHandle<T> src, uint64_t soff,
+                             WindowHandle<T> dst, uint64_t doff, uint64_t count) {
+    using namespace detail;
+    const uint32_t kind = SYMCOMM_COLL_REDUCE;
+    const bool in_place = src.raw.base == dst.raw.base && soff == doff;
+    if (root >= comm.nranks || (!in_place && overlaps(src, soff, count, dst, doff, count))) {
+        return refuse<T>(g, comm, kind);
+    }
+    const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, root);
+    const Part part = part_of(scope, 0, count, Pack16<T>::N);
+    Status s = barrier(g, comm, part.slot, fp);
+    if (s != Status::Ok) return s;
+    if (comm.rank == root) {
+        const bool vec = phase(src.local_ptr(soff)) == phase(dst.local_ptr(doff));
+        const Items<T> it(part.lo, part.hi, vec, reinterpret_cast<uint64_t>(src.local_ptr(soff + part.lo)));
+        run_items<T>(
+            g, comm, it, false, part.slot, fp,
+            [&](uint64_t i, bool pk) { return reduce_item<T, Op>(src, soff + i, comm.nranks, pk); },
+            [&](uint64_t i, const Pack16<T>& v, bool pk) { store_item(dst.local_ptr(doff + i), v, pk); });
+    }
+    return barrier(g, comm, part.slot, fp);
+}
+
+/// Scatter: block r of `root`'s `src` (`src[soff + r*count, +count)`) lands in rank r's
+/// `dst[doff, +count)`. In place: on every rank doff == soff + rank*count in the same window.
+template <typename T>
+SYMCOMM_DEVICE Status scatter(Cta g, const DevComm& comm, CollScope scope, uint32_t root, WindowHandle<T> src,
+                              uint64_t soff, WindowHandle<T> dst, uint64_t doff, uint64_t count) {
+    using namespace detail;
+    const uint32_t kind = SYMCOMM_COLL_SCATTER;
+    const uint64_t sblock = soff + uint64_t(comm.rank) * count;
+    const bool in_place = src.raw.base == dst.raw.base && doff == sblock;
+    if (root >= comm.nranks || (!in_place && overlaps(src, soff, count * comm.nranks, dst, doff, count))) {
+        return refuse<T>(g, comm, kind);
+    }
+    const uint32_t fp = coll_fingerprint<T>(kind, 0, count, root);
+    const Part part = part_of(scope, 0, count, Pack16<T>::N);
+    Status s = barrier(g, comm, part.slot, fp);
+    if (s != Status::Ok) return s;
+    copy_part(g, src.peer_ptr(root, sblock), dst.local_ptr(doff), part.lo, part.hi);
+    return barrier(g, comm, part.slot, fp);
+}
+
+/// All-to-all: block p of rank r's `src` (`src[soff + p*count, +count)`) lands in block r of rank
+/// p's `dst` (`dst[doff + r*count, +count)`). In place (soff == doff, same window) runs in rounds
+/// with a barrier per round and needs a CTA of at least nranks threads.
+template <typename T>
+SYMCOMM_DEVICE Status all_to_all(Cta g, const DevComm& comm, CollScope scope, WindowHandle<T> src, uint64_t soff,
+                                 WindowHandle<T> dst, uint64_t doff, uint64_t count) {
+    using namespace detail;
+    const uint32_t kind = SYMCOMM_COLL_ALL_TO_ALL;
+    const uint32_t n = comm.nranks;
+    const uint32_t r = comm.rank;
+    const bool in_place = src.raw.base == dst.raw.base && soff == doff;
+    if ((in_place && g.size() < n) || (!in_place && overlaps(src, soff, count * n, dst, doff, count * n))) {
+        return refuse<T>(g, comm, kind);
+    }
+    const uint32_t fp = coll_fingerprint<T>(kind, 0, count, 0);
+    const Part part = part_of(scope, 0, count, Pack16<T>::N);
+    Status s = barrier(g, comm, part.slot, fp);
+    if (s != Status::Ok) return s;
+    if (!in_place) {
+        for (uint32_t p = 0; p < n; ++p) {
+            copy_part(g, src.peer_ptr(p, soff + uint64_t(r) * count), dst.local_ptr(doff + uint64_t(p) * count), part.lo,
+                      part.hi);
+        }
+        return barrier(g, comm, part.slot, fp);
+    }
+    // In place: item (k, p) moves item k of block r of peer p's buffer into item k of block p of
+    // ours, and peer p moves item k of our block p in the same round (items are numbered k-major
+    // and rounds hold whole k), so nothing is overwritten before its reader read it.
+    const bool vec = (count * sizeof(T)) % 16 == 0;
+    const Items<T> it(part.lo, part.hi, vec, reinterpret_cast<uint64_t>(src.local_ptr(soff + part.lo)));
+    const uint64_t total = it.total() * n;
+    const uint32_t round = g.size() / n * n;
+    for (uint64_t base = 0; base < total; base += round) {
+        const uint64_t c = base + g.thread_rank();
+        const bool active = g.thread_rank() < round && c < total;
+        bool is_pack = false;
+        uint64_t i = 0;
+        uint32_t p = 0;
+        Pack16<T> v;
+        if (active) {
+            p = uint32_t(c % n);
+            i = it.first(c / n, is_pack);
+            v = load_item(src.peer_ptr(p, soff + uint64_t(r) * count + i), is_pack);
+        }
+        s = barrier(g, comm, part.slot, fp);
+        if (s != Status::Ok) return s;
+        if (active) store_item(dst.local_ptr(doff + uint64_t(p) * count + i), v, is_pack);
+    }
+    return Status::Ok;
+}
+
+}  // namespace symcomm

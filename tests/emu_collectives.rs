@@ -1,0 +1,765 @@
+//! The device library's collectives on the emulator, through the built-in kernels
+//! `symcomm_collective_<dtype>`: every collective x dtype x op x rank count x count x in/out of
+//! place x grid/CTA scope x offsets, checked like nccl-tests (inputs whose results are exactly
+//! representable, bit-exact comparison, a tolerance only for avg, `#wrong` counted), plus the
+//! bytes around every output checked untouched.
+//!
+//! The full cross product is far too large, so each test covers every value of every dimension
+//! with a seeded pairwise-style selection; the seed is printed and `SYMCOMM_TEST_SEED` replays it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::needless_range_loop)]
+
+use std::ffi::c_void;
+
+use symcomm::DEVICE_IMAGE;
+use symcomm::abi::*;
+use symcomm::backend::emu::{LocalTeam, launch};
+
+// ---------------------------------------------------------------------------------------------
+// Element types: codes, sizes, and exact encode/decode of the values the tests use.
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Fmt {
+    /// IEEE-like binary format with exponent bits, mantissa bits, bias (f16, bf16, fp8).
+    Mini {
+        ebits: u32,
+        mbits: u32,
+        bias: i32,
+    },
+    F32,
+    F64,
+    Int {
+        signed: bool,
+        bits: u32,
+    },
+}
+
+#[derive(Clone, Copy, Debug)]
+struct DType {
+    code: u32,
+    name: &'static str,
+    size: usize,
+    fmt: Fmt,
+}
+
+const DTYPES: [DType; 12] = [
+    DType {
+        code: SYMCOMM_DTYPE_F32,
+        name: "f32",
+        size: 4,
+        fmt: Fmt::F32,
+    },
+    DType {
+        code: SYMCOMM_DTYPE_F64,
+        name: "f64",
+        size: 8,
+        fmt: Fmt::F64,
+    },
+    DType {
+        code: SYMCOMM_DTYPE_F16,
+        name: "f16",
+        size: 2,
+        fmt: Fmt::Mini {
+            ebits: 5,
+            mbits: 10,
+            bias: 15,
+        },
+    },
+    DType {
+        code: SYMCOMM_DTYPE_BF16,
+        name: "bf16",
+        size: 2,
+        fmt: Fmt::Mini {
+            ebits: 8,
+            mbits: 7,
+            bias: 127,
+        },
+    },
+    DType {
+        code: SYMCOMM_DTYPE_FP8_E4M3,
+        name: "fp8_e4m3",
+        size: 1,
+        fmt: Fmt::Mini {
+            ebits: 4,
+            mbits: 3,
+            bias: 7,
+        },
+    },
+    DType {
+        code: SYMCOMM_DTYPE_FP8_E5M2,
+        name: "fp8_e5m2",
+        size: 1,
+        fmt: Fmt::Mini {
+            ebits: 5,
+            mbits: 2,
+            bias: 15,
+        },
+    },
+    DType {
+        code: SYMCOMM_DTYPE_I8,
+        name: "i8",
+        size: 1,
+        fmt: Fmt::Int {
+            signed: true,
+            bits: 8,
+        },
+    },
+    DType {
+        code: SYMCOMM_DTYPE_U8,
+        name: "u8",
+        size: 1,
+        fmt: Fmt::Int {
+            signed: false,
+            bits: 8,
+        },
+    },
+    DType {
+        code: SYMCOMM_DTYPE_I32,
+        name: "i32",
+        size: 4,
+        fmt: Fmt::Int {
+            signed: true,
+            bits: 32,
+        },
+    },
+    DType {
+        code: SYMCOMM_DTYPE_U32,
+        name: "u32",
+        size: 4,
+        fmt: Fmt::Int {
+            signed: false,
+            bits: 32,
+        },
+    },
+    DType {
+        code: SYMCOMM_DTYPE_I64,
+        name: "i64",
+        size: 8,
+        fmt: Fmt::Int {
+            signed: true,
+            bits: 64,
+        },
+    },
+    DType {
+        code: SYMCOMM_DTYPE_U64,
+        name: "u64",
+        size: 8,
+        fmt: Fmt::Int {
+            signed: false,
+            bits: 64,
+        },
+    },
+];
+
+/// A value of the test: exact float, or integer (wrapped to the type's width when encoded).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Val {
+    F(f64),
+    I(i128),
+}
+
+impl DType {
+    /// Bits of an exactly representable value.
+    fn encode(&self, v: Val) -> u64 {
+        match (self.fmt, v) {
+            (Fmt::F32, Val::F(x)) => u64::from((x as f32).to_bits()),
+            (Fmt::F64, Val::F(x)) => x.to_bits(),
+            (Fmt::Mini { ebits, mbits, bias }, Val::F(x)) => {
+                let sign = if x.is_sign_negative() {
+                    1u64 << (ebits + mbits)
+                } else {
+                    0
+                };
+                let a = x.abs();
+                if a == 0.0 {
+                    return sign;
+                }
+                let e = a.log2().floor() as i32;
+                let (field, man) = if e + bias <= 0 {
+                    (0i32, a / 2f64.powi(1 - bias) * 2f64.powi(mbits as i32))
+                } else {
+                    (e + bias, (a / 2f64.powi(e) - 1.0) * 2f64.powi(mbits as i32))
+                };
+                assert!(
+                    man.fract() == 0.0 && field < (1 << ebits),
+                    "{x} is not exact in {}",
+                    self.name
+                );
+                sign | ((field as u64) << mbits) | man as u64
+            }
+            (Fmt::Int { bits, .. }, Val::I(i)) => (i as u128 & mask(bits)) as u64,
+            _ => unreachable!("value kind does not match {}", self.name),
+        }
+    }
+
+    /// The value of some bits (floats: as f64; ints: sign-extended).
+    fn decode(&self, b: u64) -> Val {
+        match self.fmt {
+            Fmt::F32 => Val::F(f64::from(f32::from_bits(b as u32))),
+            Fmt::F64 => Val::F(f64::from_bits(b)),
+            Fmt::Mini { ebits, mbits, bias } => {
+                let sign = if (b >> (ebits + mbits)) & 1 == 1 {
+                    -1.0
+                } else {
+                    1.0
+                };
+                let field = ((b >> mbits) & ((1 << ebits) - 1)) as i32;
+                let man = (b & ((1 << mbits) - 1)) as f64 / 2f64.powi(mbits as i32);
+                Val::F(if field == 0 {
+                    sign * man * 2f64.powi(1 - bias)
+                } else {
+                    sign * (1.0 + man) * 2f64.powi(field - bias)
+                })
+            }
+            Fmt::Int { signed, bits } => {
+                let u = u128::from(b) & mask(bits);
+                Val::I(if signed && bits < 128 && (u >> (bits - 1)) & 1 == 1 {
+                    u as i128 - (1i128 << bits)
+                } else {
+                    u as i128
+                })
+            }
+        }
+    }
+
+    /// Wraps an integer to the type (floats unchanged).
+    fn wrap(&self, v: Val) -> Val {
+        self.decode(self.encode(v))
+    }
+
+    /// Relative precision of the type (floats), for avg's one rounding.
+    fn epsilon(&self) -> f64 {
+        match self.fmt {
+            Fmt::F32 => 2f64.powi(-23),
+            Fmt::F64 => 2f64.powi(-52),
+            Fmt::Mini { mbits, .. } => 2f64.powi(-(mbits as i32)),
+            Fmt::Int { .. } => 0.0,
+        }
+    }
+}
+
+fn mask(bits: u32) -> u128 {
+    if bits >= 128 {
+        u128::MAX
+    } else {
+        (1u128 << bits) - 1
+    }
+}
+
+const OPS: [(u32, &str); 5] = [
+    (SYMCOMM_REDOP_SUM, "sum"),
+    (SYMCOMM_REDOP_PROD, "prod"),
+    (SYMCOMM_REDOP_MIN, "min"),
+    (SYMCOMM_REDOP_MAX, "max"),
+    (SYMCOMM_REDOP_AVG, "avg"),
+];
+
+/// Input element `i` of `rank`, chosen so that reductions over <= 8 ranks are exact in the type
+/// (nccl-tests style): small integers for sums, {-1, 1, 2} for products, powers of two.
+fn input(dt: &DType, op: u32, rank: u32, i: u64, salt: u64) -> Val {
+    let h =
+        (u64::from(rank) * 0x9e37_79b9 + i * 0x85eb_ca6b + salt).wrapping_mul(0xc2b2_ae35) >> 17;
+    if let Fmt::Int { .. } = dt.fmt {
+        // Any bits: integer sums and products wrap.
+        let wide = (h as i128) * 0x1_0000_0001 + i128::from(rank);
+        return dt.wrap(Val::I(if op == SYMCOMM_REDOP_PROD {
+            (wide % 7) - 3
+        } else {
+            wide
+        }));
+    }
+    let fp8 = dt.size == 1;
+    let v = match op {
+        SYMCOMM_REDOP_PROD => [1.0, 2.0, -1.0][(h % 3) as usize],
+        SYMCOMM_REDOP_MIN | SYMCOMM_REDOP_MAX => (h % 17) as f64 - 8.0,
+        _ if fp8 => (h % 2) as f64,
+        _ => (h % 4) as f64,
+    };
+    Val::F(v)
+}
+
+/// Reduction of `vals` (rank order) with `op`, as the type computes it (exact for the inputs
+/// above; avg is checked with a tolerance).
+fn reduce_vals(dt: &DType, op: u32, vals: &[Val]) -> Val {
+    let n = vals.len();
+    match vals[0] {
+        Val::F(_) => {
+            let xs: Vec<f64> = vals
+                .iter()
+                .map(|v| {
+                    if let Val::F(x) = v {
+                        *x
+                    } else {
+                        unreachable!()
+                    }
+                })
+                .collect();
+            Val::F(match op {
+                SYMCOMM_REDOP_SUM => xs.iter().sum(),
+                SYMCOMM_REDOP_PROD => xs.iter().product(),
+                SYMCOMM_REDOP_MIN => xs.iter().copied().fold(f64::INFINITY, f64::min),
+                SYMCOMM_REDOP_MAX => xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                _ => xs.iter().sum::<f64>() / n as f64,
+            })
+        }
+        Val::I(_) => {
+            let xs: Vec<i128> = vals
+                .iter()
+                .map(|v| {
+                    if let Val::I(x) = v {
+                        *x
+                    } else {
+                        unreachable!()
+                    }
+                })
+                .collect();
+            let wrap = |x: i128| match dt.wrap(Val::I(x)) {
+                Val::I(w) => w,
+                Val::F(_) => unreachable!(),
+            };
+            match op {
+                SYMCOMM_REDOP_SUM => Val::I(wrap(xs.iter().fold(0i128, |a, &b| wrap(a + b)))),
+                SYMCOMM_REDOP_PROD => {
+                    Val::I(xs.iter().fold(1i128, |a, &b| wrap(a.wrapping_mul(b))))
+                }
+                SYMCOMM_REDOP_MIN => Val::I(*xs.iter().min().unwrap()),
+                SYMCOMM_REDOP_MAX => Val::I(*xs.iter().max().unwrap()),
+                _ => {
+                    // Integer avg: the wrapped sum divided by n, truncated toward zero.
+                    let s = xs.iter().fold(0i128, |a, &b| wrap(a + b));
+                    Val::I(s / n as i128)
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One collective call on a fresh team and its check.
+
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    kind: u32,
+    dt: DType,
+    op: u32,
+    nranks: u32,
+    count: u64,
+    root: u32,
+    in_place: bool,
+    cta_scope: bool,
+    /// Extra element offset of the input and output (misalignment).
+    src_shift: u64,
+    dst_shift: u64,
+    ctas: u32,
+    threads: u32,
+}
+
+const KINDS: [(u32, &str); 8] = [
+    (SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT, "all_reduce_one_shot"),
+    (SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT, "all_reduce_two_shot"),
+    (SYMCOMM_COLL_ALL_GATHER, "all_gather"),
+    (SYMCOMM_COLL_REDUCE_SCATTER, "reduce_scatter"),
+    (SYMCOMM_COLL_BROADCAST, "broadcast"),
+    (SYMCOMM_COLL_REDUCE, "reduce"),
+    (SYMCOMM_COLL_SCATTER, "scatter"),
+    (SYMCOMM_COLL_ALL_TO_ALL, "all_to_all"),
+];
+
+fn kind_name(kind: u32) -> &'static str {
+    KINDS.iter().find(|k| k.0 == kind).map(|k| k.1).unwrap()
+}
+
+fn is_reduction(kind: u32) -> bool {
+    matches!(
+        kind,
+        SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT
+            | SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT
+            | SYMCOMM_COLL_REDUCE_SCATTER
+            | SYMCOMM_COLL_REDUCE
+    )
+}
+
+/// Elements of input and output per rank, in units of `count` (per-rank block size).
+fn blocks(kind: u32, n: u64) -> (u64, u64) {
+    match kind {
+        SYMCOMM_COLL_ALL_GATHER => (1, n),
+        SYMCOMM_COLL_REDUCE_SCATTER | SYMCOMM_COLL_SCATTER => (n, 1),
+        SYMCOMM_COLL_ALL_TO_ALL => (n, n),
+        _ => (1, 1),
+    }
+}
+
+const CANARY: u8 = 0xA5;
+
+struct Outcome {
+    wrong: u64,
+    untouched_bad: u64,
+    errors: Vec<u32>,
+}
+
+/// Runs `c` (CTA scope: one independent collective per CTA on its own tile) and checks it.
+fn run_case(c: &Case, salt: u64) -> Outcome {
+    let n = u64::from(c.nranks);
+    let sz = c.dt.size as u64;
+    let (in_blocks, out_blocks) = blocks(c.kind, n);
+    let tiles = if c.cta_scope { u64::from(c.ctas) } else { 1 };
+    // Offsets (elements) of input and output inside a tile, following NCCL's in-place rules.
+    let (soff, doff, tile_stride, span) = if c.in_place {
+        let base = c.src_shift;
+        let span = base + c.count * in_blocks.max(out_blocks) + 3;
+        match c.kind {
+            SYMCOMM_COLL_ALL_GATHER => (base, base, span, span), // soff = doff + rank*count, per rank
+            SYMCOMM_COLL_REDUCE_SCATTER | SYMCOMM_COLL_SCATTER => (base, base, span, span),
+            _ => (base, base, span, span),
+        }
+    } else {
+        let span = c.src_shift.max(c.dst_shift) + c.count * in_blocks.max(out_blocks) + 3;
+        (c.src_shift, c.dst_shift, span, span)
+    };
+    let window_elems = tiles * tile_stride + span;
+    let windows = if c.in_place {
+        vec![window_elems * sz]
+    } else {
+        vec![window_elems * sz, window_elems * sz]
+    };
+    let mut team = LocalTeam::with_windows(c.nranks, &windows).unwrap();
+    let dst_w = if c.in_place { 0 } else { 1 };
+
+    // Per rank: input offset (elements) and output offset, for tile 0.
+    let offs = |rank: u64| -> (u64, u64) {
+        if !c.in_place {
+            return (soff, doff);
+        }
+        match c.kind {
+            SYMCOMM_COLL_ALL_GATHER => (doff + rank * c.count, doff),
+            SYMCOMM_COLL_REDUCE_SCATTER | SYMCOMM_COLL_SCATTER => (soff, soff + rank * c.count),
+            _ => (soff, doff),
+        }
+    };
+
+    // Fill: canary everywhere, then inputs.
+    let mut inputs = vec![
+        vec![vec![Val::I(0); (c.count * in_blocks) as usize]; tiles as usize];
+        c.nranks as usize
+    ];
+    for r in 0..c.nranks {
+        for w in 0..windows.len() {
+            team.bytes_mut(w, r).fill(CANARY);
+        }
+        let (s, _) = offs(u64::from(r));
+        for t in 0..tiles {
+            for e in 0..c.count * in_blocks {
+                let v = input(&c.dt, c.op, r, e + t * 1000, salt);
+                inputs[r as usize][t as usize][e as usize] = v;
+                let at = ((t * tile_stride + s + e) * sz) as usize;
+                let bits = c.dt.encode(v).to_le_bytes();
+                team.bytes_mut(0, r)[at..at + c.dt.size].copy_from_slice(&bits[..c.dt.size]);
+            }
+        }
+    }
+    // Expected outputs per rank and tile: (element index in dst window, value).
+    let mut expect: Vec<Vec<(u64, Val)>> = vec![Vec::new(); c.nranks as usize];
+    for (r, expect_r) in expect.iter_mut().enumerate() {
+        let (_, d) = offs(r as u64);
+        for t in 0..tiles as usize {
+            let at = |e: u64| t as u64 * tile_stride + d + e;
+            let inp = |p: usize, e: u64| inputs[p][t][e as usize];
+            let all = |e: u64| {
+                (0..c.nranks as usize)
+                    .map(|p| inp(p, e))
+                    .collect::<Vec<_>>()
+            };
+            for i in 0..c.count {
+                match c.kind {
+                    SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT | SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT => {
+                        expect_r.push((at(i), reduce_vals(&c.dt, c.op, &all(i))))
+                    }
+                    SYMCOMM_COLL_REDUCE => {
+                        if r as u32 == c.root {
+                            expect_r.push((at(i), reduce_vals(&c.dt, c.op, &all(i))))
+                        }
+                    }
+                    SYMCOMM_COLL_REDUCE_SCATTER => expect_r.push((
+                        at(i),
+                        reduce_vals(&c.dt, c.op, &all(r as u64 * c.count + i)),
+                    )),
+                    SYMCOMM_COLL_ALL_GATHER => {
+                        for p in 0..c.nranks as usize {
+                            expect_r.push((at(p as u64 * c.count + i), inp(p, i)));
+                        }
+                    }
+                    SYMCOMM_COLL_BROADCAST => expect_r.push((at(i), inp(c.root as usize, i))),
+                    SYMCOMM_COLL_SCATTER => {
+                        expect_r.push((at(i), inp(c.root as usize, r as u64 * c.count + i)))
+                    }
+                    _ => {
+                        for p in 0..c.nranks as usize {
+                            expect_r
+                                .push((at(p as u64 * c.count + i), inp(p, r as u64 * c.count + i)));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    // Launch every rank concurrently.
+    let kernel = format!("symcomm_collective_{}", c.dt.name);
+    let calls: Vec<(DevComm, CollArgs)> = (0..c.nranks)
+        .map(|r| {
+            let (s, d) = offs(u64::from(r));
+            let comm = team.dev_comm(r, 30_000_000_000);
+            let args = CollArgs {
+                kind: c.kind,
+                dtype: c.dt.code,
+                redop: c.op,
+                root: c.root,
+                scope: if c.cta_scope {
+                    SYMCOMM_SCOPE_CTA
+                } else {
+                    SYMCOMM_SCOPE_GRID
+                },
+                index: 0,
+                count: c.count,
+                src_offset: s,
+                dst_offset: d,
+                tile_stride,
+                src: team.window_of(0, r),
+                dst: team.window_of(dst_w, r),
+            };
+            (comm, args)
+        })
+        .collect();
+    std::thread::scope(|s| {
+        for (comm, args) in calls {
+            let kernel = kernel.as_str();
+            s.spawn(move || {
+                let (mut comm, mut args) = (comm, args);
+                let mut ptrs: [*mut c_void; 2] = [(&raw mut comm).cast(), (&raw mut args).cast()];
+                // SAFETY: the kernel takes (DevComm, CollArgs) by value; the team's memory, which
+                // the handles address, outlives the scope.
+                unsafe {
+                    launch(
+                        &DEVICE_IMAGE,
+                        kernel,
+                        [c.ctas, 1, 1],
+                        [c.threads, 1, 1],
+                        &mut ptrs,
+                    )
+                }
+                .unwrap();
+            });
+        }
+    });
+
+    let errors: Vec<u32> = (0..c.nranks).map(|r| team.error(r).status).collect();
+    let mut wrong = 0u64;
+    let mut untouched_bad = 0u64;
+    for r in 0..c.nranks {
+        let bytes = team.bytes(dst_w, r).to_vec();
+        let mut written = vec![false; (bytes.len() as u64 / sz) as usize];
+        for &(e, want) in &expect[r as usize] {
+            written[e as usize] = true;
+            let at = (e * sz) as usize;
+            let mut raw = [0u8; 8];
+            raw[..c.dt.size].copy_from_slice(&bytes[at..at + c.dt.size]);
+            let got = c.dt.decode(u64::from_le_bytes(raw));
+            let ok = match (got, want) {
+                (Val::F(g), Val::F(w)) if c.op == SYMCOMM_REDOP_AVG && is_reduction(c.kind) => {
+                    (g - w).abs() <= w.abs() * c.dt.epsilon() + f64::MIN_POSITIVE
+                }
+                (g, w) => g == w,
+            };
+            wrong += u64::from(!ok);
+        }
+        // Outside the outputs, the output window keeps its canary, except where in place inputs
+        // live (they are the same window then).
+        if !c.in_place {
+            for (e, &was_written) in written.iter().enumerate() {
+                if !was_written
+                    && bytes[e * c.dt.size..(e + 1) * c.dt.size]
+                        .iter()
+                        .any(|&b| b != CANARY)
+                {
+                    untouched_bad += 1;
+                }
+            }
+        }
+    }
+    Outcome {
+        wrong,
+        untouched_bad,
+        errors,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Case selection.
+
+/// A small deterministic generator (splitmix64), so a failing selection can be replayed.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
+        xs[(self.next() % xs.len() as u64) as usize]
+    }
+}
+
+fn seed() -> u64 {
+    let seed = std::env::var("SYMCOMM_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed_c011);
+    println!("SYMCOMM_TEST_SEED={seed}");
+    seed
+}
+
+const RANKS: [u32; 6] = [1, 2, 3, 4, 5, 8];
+
+fn counts(n: u32) -> Vec<u64> {
+    let n = u64::from(n);
+    vec![0, 1, n.saturating_sub(1).max(1), n + 1, 61, 1023, 1025]
+}
+
+fn check(c: &Case, salt: u64) {
+    let o = run_case(c, salt);
+    let label = format!(
+        "{} {} {} nranks={} count={} root={} {} {} shift={}/{} grid={}x{}",
+        kind_name(c.kind),
+        c.dt.name,
+        OPS.iter().find(|o| o.0 == c.op).map(|o| o.1).unwrap_or("-"),
+        c.nranks,
+        c.count,
+        c.root,
+        if c.in_place {
+            "in-place"
+        } else {
+            "out-of-place"
+        },
+        if c.cta_scope { "cta" } else { "grid" },
+        c.src_shift,
+        c.dst_shift,
+        c.ctas,
+        c.threads
+    );
+    assert!(
+        o.errors.iter().all(|&e| e == SYMCOMM_STATUS_OK),
+        "{label}: error records {:?}",
+        o.errors
+    );
+    assert_eq!(
+        (o.wrong, o.untouched_bad),
+        (0, 0),
+        "{label}: (#wrong, #clobbered)"
+    );
+}
+
+/// Every kind x dtype x op once per rank count (all 60 dtype x op pairs for each reduction kind,
+/// all 12 dtypes for each copy kind), with the other dimensions drawn from the seeded generator
+/// so that, across the run, every count, shift, scope, placement and launch shape appears.
+#[test]
+fn every_kind_dtype_and_op() {
+    let mut rng = Rng(seed());
+    let mut cases = 0;
+    for &(kind, _) in &KINDS {
+        for dt in DTYPES {
+            let ops: Vec<u32> = if is_reduction(kind) {
+                OPS.iter().map(|o| o.0).collect()
+            } else {
+                vec![0]
+            };
+            for op in ops {
+                let nranks = rng.pick(&RANKS);
+                let cta_scope = rng.next() % 2 == 0;
+                let in_place = rng.next() % 2 == 0;
+                let c = Case {
+                    kind,
+                    dt,
+                    op,
+                    nranks,
+                    count: rng.pick(&counts(nranks)),
+                    root: (rng.next() % u64::from(nranks)) as u32,
+                    in_place,
+                    cta_scope,
+                    src_shift: rng.pick(&[0, 1, 3, 8]),
+                    dst_shift: rng.pick(&[0, 2, 5, 8]),
+                    ctas: rng.pick(&[1, 2, 3]),
+                    threads: rng.pick(&[8, 32, 64]),
+                };
+                check(&c, rng.next());
+                cases += 1;
+            }
+        }
+    }
+    println!("{cases} cases passed");
+}
+
+/// Every rank count x count x kind (f32 sum / u8 for variety), in place and out of place, grid
+/// and CTA scope: the shape dimensions crossed fully for the cheap types.
+#[test]
+fn every_rank_count_and_count() {
+    let mut rng = Rng(seed() ^ 1);
+    let mut cases = 0;
+    for nranks in RANKS {
+        for count in counts(nranks) {
+            for &(kind, _) in &KINDS {
+                for (in_place, cta_scope) in [(false, false), (true, true)] {
+                    let dt = if rng.next() % 2 == 0 {
+                        DTYPES[0]
+                    } else {
+                        DTYPES[7]
+                    };
+                    let c = Case {
+                        kind,
+                        dt,
+                        op: SYMCOMM_REDOP_SUM,
+                        nranks,
+                        count,
+                        root: (rng.next() % u64::from(nranks)) as u32,
+                        in_place,
+                        cta_scope,
+                        src_shift: rng.pick(&[0, 1, 7]),
+                        dst_shift: rng.pick(&[0, 3, 4]),
+                        ctas: rng.pick(&[1, 2]),
+                        threads: 32,
+                    };
+                    check(&c, rng.next());
+                    cases += 1;
+                }
+            }
+        }
+    }
+    println!("{cases} cases passed");
+}
+
+/// Large messages (~1M elements) through every kind once, grid scope with several CTAs.
+#[test]
+fn large_counts() {
+    let mut rng = Rng(seed() ^ 2);
+    for &(kind, _) in &KINDS {
+        let nranks = if is_reduction(kind) { 4 } else { 3 };
+        let (inb, outb) = blocks(kind, u64::from(nranks));
+        let count = (1u64 << 20) / inb.max(outb) + 1;
+        let c = Case {
+            kind,
+            dt: DTYPES[0],
+            op: SYMCOMM_REDOP_SUM,
+            nranks,
+            count,
+            root: nranks - 1,
+            in_place: rng.next() % 2 == 0,
+            cta_scope: false,
+            src_shift: 1,
+            dst_shift: 1,
+            ctas: 4,
+            threads: 128,
+        };
+        check(&c, rng.next());
+    }
+}
