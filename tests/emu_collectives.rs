@@ -7,7 +7,12 @@
 //! The full cross product is far too large, so each test covers every value of every dimension
 //! with a seeded pairwise-style selection; the seed is printed and `SYMCOMM_TEST_SEED` replays it.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::needless_range_loop)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::needless_range_loop
+)]
 
 use std::ffi::c_void;
 
