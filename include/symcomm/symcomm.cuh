@@ -11,6 +11,9 @@
 //   window.cuh   peer addressing in symmetric windows
 //   types.cuh    element types: DataType codes, f16/bf16/fp8 storage types and conversions, traits
 //   reduce.cuh   reduction operators: RedOp codes, Accumulator, 16-byte packs, run-time dispatch
+//   barrier.cuh  barriers across ranks, with fingerprints
+//   collectives.cuh  all-reduce, all-gather, ... over windows, at grid or CTA scope
+//   fused.cuh    building blocks of fused kernels: peer reductions into registers, CTA/warp reductions
 #pragma once
 
 #include <symcomm/abi.h>
@@ -23,3 +26,4 @@
 #include <symcomm/window.cuh>
 #include <symcomm/barrier.cuh>
 #include <symcomm/collectives.cuh>
+#include <symcomm/fused.cuh>

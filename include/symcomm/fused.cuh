@@ -1,0 +1,96 @@
+// symcomm device library: building blocks for fused communication + compute kernels.
+//
+// The collectives of collectives.cuh read windows and write windows. A fused kernel (all-reduce
+// + residual add + RMSNorm, a GEMM epilogue that reduces its tile) wants the reduced values in
+// registers, to keep computing on them before anything is stored. The pieces for that:
+//
+//   reduce_pack_peers<Op>(src, index)   one 16-byte pack of every rank's copy of a window, reduced
+//                                       element-wise in rank order into accumulators (registers),
+//                                       not rounded: the caller keeps computing in acc_t<T>
+//   group_reduce<Op>(Warp{} | Cta{}, v) the reduction of one value per thread over a warp or a
+//                                       CTA, returned to every thread (e.g. sum(y^2) of a row)
+//   SYMCOMM_UNROLL                      `#pragma unroll` that the emulator build accepts
+//
+// The communication protocol around reduce_pack_peers is the one-shot all-reduce's, written out
+// in the kernel (see device/kernels/fused_allreduce_rmsnorm.cu for a complete example):
+//
+//   barrier(g, comm, slot, fp)      every rank's input in `src` is written and visible
+//   ... reduce_pack_peers(...) ...  read every rank's input, compute, store results anywhere
+//   barrier(g, comm, slot, fp)      no rank reads this rank's input any more: it may be
+//                                   overwritten (the next layer's GEMM) once the kernel returns
+//
+// `slot` is the CTA's barrier slot (a caller-chosen base + blockIdx.x, < SYMCOMM_BARRIER_SLOTS)
+// and `fp` a fingerprint() of what the call is, so that ranks calling different things fail
+// with Status::Mismatch instead of reading garbage.
+#pragma once
+
+#include <symcomm/group.cuh>
+#include <symcomm/reduce.cuh>
+#include <symcomm/types.cuh>
+#include <symcomm/window.cuh>
+
+/// `SYMCOMM_UNROLL` before a loop with a trip count known at compile time: `#pragma unroll` under
+/// nvcc / NVRTC (so that an array indexed by the loop variable stays in registers), nothing in
+/// emulator builds (the host compiler would warn about an unknown pragma).
+#if !defined(SYMCOMM_UNROLL)
+#if defined(SYMCOMM_EMU)
+#define SYMCOMM_UNROLL
+#else
+#define SYMCOMM_UNROLL _Pragma("unroll")
+#endif
+#endif
+
+namespace symcomm {
+
+/// Element-wise reduction with `Op` of pack `index` (the 16 bytes at element `index`) of every
+/// rank's copy of `src`, peers in rank order 0..nranks-1, in the accumulation type and not
+/// rounded: element j is `result.a[j].acc` (`acc_t<T>`, float for f16/bf16/fp8/f32), or
+/// `result.result(nranks)` rounds it to T as the collectives do. Every rank gets the same bits.
+///
+/// Who calls: any thread, for its own pack. Pre: `src.peer_ptr(p, index)` is 16-byte aligned
+/// (pack_aligned) and inside the window for every rank p; the inputs were made visible by a
+/// barrier (or a signal wait) after every rank wrote them. Plain loads: they order nothing.
+template <RedOp Op, typename T>
+SYMCOMM_DEVICE PackAccumulator<T, Op> reduce_pack_peers(const WindowHandle<T>& src, uint64_t index) {
+    PackAccumulator<T, Op> acc;
+    acc.first(load_pack(src.peer_ptr(0, index)));
+    for (uint32_t p = 1; p < src.nranks(); ++p) acc.add(load_pack(src.peer_ptr(p, index)));
+    return acc;
+}
+
+/// The reduction with `Op` (Sum, Prod, Min, Max; see Accumulator for the semantics) of `v` over
+/// the 32 threads of the warp, returned to every thread, with the same bits on every thread.
+/// `A`: float, double, int, unsigned, long long, unsigned long long (what shuffles carry).
+/// Who calls: every thread of a complete warp. Exchanges values only: orders no memory.
+template <RedOp Op, typename A>
+SYMCOMM_DEVICE A group_reduce(Warp, A v) {
+    static_assert(Op != RedOp::Avg, "group_reduce: reduce with Sum and divide instead of Avg");
+    // Butterfly: after the step with distance `o`, lanes i and i^o hold combine(x, y) and
+    // combine(y, x), which are the same bits (the operators are commutative), so every lane ends
+    // with the same value.
+    SYMCOMM_UNROLL
+    for (int o = 16; o > 0; o >>= 1) v = detail::combine<Op>(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/// The reduction with `Op` of `v` over every thread of the CTA, returned to every thread with the
+/// same bits; the combination order is fixed by the CTA shape (deterministic from run to run).
+/// Who calls: every thread of the CTA (a collective call). Pre: the CTA size is a multiple of 32
+/// and at most 1024. Synchronizes the CTA twice (`__syncthreads`); uses 32 `A`s of static shared
+/// memory per type `A` and operator. `A` as for the warp form.
+template <RedOp Op, typename A>
+SYMCOMM_DEVICE A group_reduce(Cta g, A v) {
+    SYMCOMM_SHARED(A, symcomm_group_reduce_warps, 32);
+    v = group_reduce<Op>(Warp{}, v);
+    const uint32_t warps = g.size() / 32u;
+    if (g.thread_rank() % 32u == 0) symcomm_group_reduce_warps[g.thread_rank() / 32u] = v;
+    g.sync();
+    // Every thread combines the warps' values in warp order (a broadcast read of shared memory).
+    A r = symcomm_group_reduce_warps[0];
+    for (uint32_t w = 1; w < warps; ++w) r = detail::combine<Op>(r, symcomm_group_reduce_warps[w]);
+    // The next call overwrites the array: every thread must have read it first.
+    g.sync();
+    return r;
+}
+
+}  // namespace symcomm
