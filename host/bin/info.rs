@@ -85,13 +85,13 @@ fn to_text(
     if !image.report.is_empty() {
         let _ = writeln!(
             s,
-            "  {:<28} {:<6} {:>5} {:>6} {:>12} {:>6} {:>6}",
+            "  {:<40} {:<6} {:>5} {:>6} {:>12} {:>6} {:>6}",
             "kernel", "arch", "regs", "stack", "spill st/ld", "smem", "cmem"
         );
         for r in image.report {
             let _ = writeln!(
                 s,
-                "  {:<28} {:<6} {:>5} {:>6} {:>12} {:>6} {:>6}",
+                "  {:<40} {:<6} {:>5} {:>6} {:>12} {:>6} {:>6}",
                 r.kernel,
                 r.arch,
                 r.registers,

@@ -13,6 +13,7 @@
 //   reduce.cuh   reduction operators: RedOp codes, Accumulator, 16-byte packs, run-time dispatch
 //   barrier.cuh  barriers across ranks, with fingerprints
 //   collectives.cuh  all-reduce, all-gather, ... over windows, at grid or CTA scope
+//   p2p.cuh      put / get / put_with_signal between ranks
 //   fused.cuh    building blocks of fused kernels: peer reductions into registers, CTA/warp reductions
 #pragma once
 
@@ -26,4 +27,5 @@
 #include <symcomm/window.cuh>
 #include <symcomm/barrier.cuh>
 #include <symcomm/collectives.cuh>
+#include <symcomm/p2p.cuh>
 #include <symcomm/fused.cuh>

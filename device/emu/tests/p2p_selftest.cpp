@@ -1,0 +1,154 @@
+// put / get / put_with_signal (include/symcomm/p2p.cuh) on the emulator, under ThreadSanitizer
+// in scripts/emu-tsan: element sizes 1, 2, 4, 8; counts around the 16-byte pack; source and
+// destination offsets in equal and different phases; Thread, Warp and Cta groups; ranks {2, 3, 5}.
+//
+// Each launch: rank r put_with_signal()s its `count` elements (source region, offset `soff`) into
+// rank r+1's destination region (offset `doff`), waits for rank r-1's signal and checks what
+// arrived; then get()s rank r-1's source region into its own scratch region and checks that too.
+// Every wrong element is counted per rank; the program exits non-zero on any.
+#include <array>
+
+#include "harness.h"
+#include "symcomm/p2p.cuh"
+
+namespace {
+
+using namespace symcomm;
+
+// Window layout (elements of T): [0, R) source, [R, 2R) destination, [2R, 3R) scratch.
+constexpr uint64_t R = 1100;
+
+template <typename T>
+T value_of(uint32_t rank, uint64_t i) {
+    T v;
+    const uint64_t x = (uint64_t(rank) * 1000003u + i * 7919u) ^ 0x5a5a5a5a5a5a5a5aull;
+    __builtin_memcpy(&v, &x, sizeof v);
+    return v;
+}
+
+template <typename T>
+bool same(const T& a, const T& b) {
+    return __builtin_memcmp(&a, &b, sizeof a) == 0;
+}
+
+template <typename Group, typename T>
+void body(Group g, DevComm comm, WindowHandleRaw raw, uint64_t count, uint64_t soff, uint64_t doff, uint32_t epoch,
+          uint32_t* wrong) {
+    const WindowHandle<T> win(raw);
+    const uint32_t n = comm.nranks, r = comm.rank;
+    const uint32_t next = (r + 1) % n, prev = (r + n - 1) % n;
+    put_with_signal(g, comm, win, next, R + doff, win.local_ptr(soff), count, 0, epoch);
+    if (g.thread_rank() == 0 && signal_wait_until(Thread{}, comm, prev, 0, epoch) != Status::Ok) atomicAdd(wrong, 1000000u);
+    g.sync();
+    uint32_t bad = 0;
+    for (uint64_t i = g.thread_rank(); i < count; i += g.size()) {
+        bad += !same(*win.local_ptr(R + doff + i), value_of<T>(prev, i));
+    }
+    get(g, win, prev, soff, win.local_ptr(2 * R + doff), count);
+    g.sync();
+    for (uint64_t i = g.thread_rank(); i < count; i += g.size()) {
+        bad += !same(*win.local_ptr(2 * R + doff + i), value_of<T>(prev, i));
+    }
+    if (bad) atomicAdd(wrong, bad);
+}
+
+struct P2pArgs {
+    DevComm comm;
+    WindowHandleRaw win;
+    uint64_t count, soff, doff;
+    uint32_t epoch, group;
+    uint32_t* wrong;
+};
+
+template <typename T>
+void p2p_kernel(P2pArgs a) {
+    switch (a.group) {
+        case 0:
+            if (threadIdx.x == 0) body<Thread, T>(Thread{}, a.comm, a.win, a.count, a.soff, a.doff, a.epoch, a.wrong);
+            break;
+        case 1:
+            if (threadIdx.x < 32) body<Warp, T>(Warp{}, a.comm, a.win, a.count, a.soff, a.doff, a.epoch, a.wrong);
+            break;
+        default:
+            body<Cta, T>(Cta{}, a.comm, a.win, a.count, a.soff, a.doff, a.epoch, a.wrong);
+    }
+}
+
+}  // namespace
+
+extern "C" __global__ void p2p_u8(P2pArgs a) { p2p_kernel<uint8_t>(a); }
+extern "C" __global__ void p2p_f16(P2pArgs a) { p2p_kernel<half_t>(a); }
+extern "C" __global__ void p2p_f32(P2pArgs a) { p2p_kernel<float>(a); }
+extern "C" __global__ void p2p_f64(P2pArgs a) { p2p_kernel<double>(a); }
+SYMCOMM_EMU_KERNEL(p2p_u8)
+SYMCOMM_EMU_KERNEL(p2p_f16)
+SYMCOMM_EMU_KERNEL(p2p_f32)
+SYMCOMM_EMU_KERNEL(p2p_f64)
+
+namespace {
+
+struct Launch {
+    P2pArgs a;
+    std::array<void*, 1> p;
+    void** ptrs() {
+        p = {&a};
+        return p.data();
+    }
+};
+
+template <typename T>
+int run(const char* name, symcomm_emu_entry entry) {
+    int failures = 0;
+    uint32_t epoch_base = 0;
+    for (uint32_t nranks : {2u, 3u, 5u}) {
+        symcomm_test::Team team(nranks, 3 * R * sizeof(T));
+        uint32_t epoch = 0;
+        // Sources: every rank's [0, R).
+        for (uint32_t r = 0; r < nranks; ++r) {
+            T* src = reinterpret_cast<T*>(team.bytes(r));
+            for (uint64_t i = 0; i < R; ++i) src[i] = value_of<T>(r, i);
+        }
+        for (uint64_t count : {0ull, 1ull, 17ull, 1023ull}) {
+            for (uint64_t soff : {0ull, 7ull}) {
+                for (uint64_t doff : {0ull, 3ull, 7ull}) {
+                    for (uint32_t group = 0; group < 3; ++group) {
+                        ++epoch;
+                        std::vector<uint32_t> wrong(nranks, 0);
+                        // Source values are rank-indexed from the region start; shift them by soff.
+                        for (uint32_t r = 0; r < nranks; ++r) {
+                            T* src = reinterpret_cast<T*>(team.bytes(r));
+                            for (uint64_t i = 0; i < count; ++i) src[soff + i] = value_of<T>(r, i);
+                        }
+                        symcomm_test::launch_all(nranks, name, entry, dim3(1), dim3(64), [&](uint32_t r) {
+                            return Launch{{team.comm(r, 20'000'000'000ull), team.win(r), count, soff, doff, epoch, group,
+                                           &wrong[r]},
+                                          {}};
+                        });
+                        for (uint32_t r = 0; r < nranks; ++r) {
+                            if (wrong[r] != 0) {
+                                fprintf(stderr, "FAIL %s nranks=%u count=%llu soff=%llu doff=%llu group=%u rank=%u: %u wrong\n",
+                                        name, nranks, (unsigned long long)count, (unsigned long long)soff,
+                                        (unsigned long long)doff, group, r, wrong[r]);
+                                ++failures;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        epoch_base += epoch;
+    }
+    printf("p2p %s: %s (%u launches)\n", name, failures ? "FAIL" : "ok", epoch_base);
+    return failures;
+}
+
+}  // namespace
+
+int main() {
+    int failures = 0;
+    failures += run<uint8_t>("p2p_u8", symcomm_emu_entry_p2p_u8);
+    failures += run<half_t>("p2p_f16", symcomm_emu_entry_p2p_f16);
+    failures += run<float>("p2p_f32", symcomm_emu_entry_p2p_f32);
+    failures += run<double>("p2p_f64", symcomm_emu_entry_p2p_f64);
+    return failures ? 1 : 0;
+}
