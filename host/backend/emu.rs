@@ -7,6 +7,7 @@
 //! processes build on the same layout.
 
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use symcomm_device::abi::{
     DevComm, ErrorRecord, SYMCOMM_ABI_VERSION, SYMCOMM_SIGNAL_SLOTS, WindowHandleRaw,
@@ -87,7 +88,9 @@ pub struct LocalTeam {
     signals: Arena,
     windows: Vec<LocalWindow>,
     errors: Box<[ErrorRecord]>,
-    abort: Box<u32>,
+    /// Read by the kernels (through `DevComm::abort_flag`) while they run, so only ever accessed
+    /// atomically, and shared (`&self`) by the host thread that raises it.
+    abort: Box<AtomicU32>,
 }
 
 struct LocalWindow {
@@ -142,7 +145,7 @@ impl LocalTeam {
             signals: Arena::new(signal_bytes),
             windows,
             errors: vec![zero; n].into_boxed_slice(),
-            abort: Box::new(0),
+            abort: Box::new(AtomicU32::new(0)),
         })
     }
 
@@ -160,7 +163,7 @@ impl LocalTeam {
             signal_slots: SYMCOMM_SIGNAL_SLOTS,
             signal_base: self.signals.addr(),
             signal_stride: u64::from(self.nranks) * u64::from(SYMCOMM_SIGNAL_SLOTS) * 8,
-            abort_flag: std::ptr::from_mut::<u32>(&mut self.abort) as u64,
+            abort_flag: self.abort.as_ptr() as u64,
             error: std::ptr::from_mut(&mut self.errors[rank as usize]) as u64,
             timeout_ns,
         }
@@ -199,13 +202,17 @@ impl LocalTeam {
     }
 
     /// Raises (or clears) the abort flag that every device-side wait polls.
-    pub fn set_abort(&mut self, raised: bool) {
-        // SAFETY: the flag is a live, aligned u32 owned by the team; kernels read it with atomic
-        // loads while they run, so the host writes it atomically too.
-        let flag = unsafe {
-            std::sync::atomic::AtomicU32::from_ptr(std::ptr::from_mut::<u32>(&mut self.abort))
-        };
-        flag.store(u32::from(raised), std::sync::atomic::Ordering::Release);
+    ///
+    /// Takes `&self`, so a host thread may call it while the ranks' kernels run (launched from
+    /// other threads with handles from [`dev_comm`](Self::dev_comm)): the flag is an atomic that
+    /// the kernels read with atomic loads.
+    pub fn set_abort(&self, raised: bool) {
+        self.abort.store(u32::from(raised), Ordering::Release);
+    }
+
+    /// Whether the abort flag is raised.
+    pub fn abort_raised(&self) -> bool {
+        self.abort.load(Ordering::Acquire) != 0
     }
 
     /// The error record of `rank` (read between launches).

@@ -34,7 +34,8 @@
 // output phases agree, scalar heads and tails elsewhere.
 //
 // Every call returns the same Status on every thread of the CTA: Ok, or the failure of a barrier
-// (Timeout, Aborted, Mismatch when ranks called different collectives or counts) or
+// (Timeout, Aborted, Mismatch when ranks called different collectives or counts, or disagree on
+// in place: the in-place forms run other barrier sequences and read other buffers) or
 // InvalidArgument; failures are also recorded in the rank's ErrorRecord. After a failure the
 // communicator's barrier epochs are out of step: the host must treat the communicator as broken.
 //
@@ -208,9 +209,11 @@ SYMCOMM_DEVICE Status refuse(Cta g, const DevComm& comm, uint32_t kind) {
     return Status::InvalidArgument;
 }
 
+/// The fingerprint of a collective call; `in_place` is part of it (a rank calling in place and one
+/// calling out of place would run different barrier sequences or read different buffers).
 template <typename T>
-SYMCOMM_DEVICE uint32_t coll_fingerprint(uint32_t kind, uint32_t redop, uint64_t count, uint32_t root) {
-    return fingerprint(kind, uint32_t(TypeTraits<T>::dtype), redop, count, root);
+SYMCOMM_DEVICE uint32_t coll_fingerprint(uint32_t kind, uint32_t redop, uint64_t count, uint32_t root, bool in_place) {
+    return fingerprint(kind | (in_place ? 0x80000000u : 0u), uint32_t(TypeTraits<T>::dtype), redop, count, root);
 }
 
 }  // namespace detail
@@ -226,7 +229,7 @@ SYMCOMM_DEVICE Status all_reduce_one_shot(Cta g, const DevComm& comm, CollScope 
     const uint32_t kind = SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT;
     const bool in_place = src.raw.base == dst.raw.base && soff == doff;
     if (!in_place && overlaps(src, soff, count, dst, doff, count)) return refuse<T>(g, comm, kind);
-    const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, 0);
+    const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, 0, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
     Status s = barrier(g, comm, part.slot, fp);
     if (s != Status::Ok) return s;
@@ -251,7 +254,7 @@ SYMCOMM_DEVICE Status all_reduce_two_shot(Cta g, const DevComm& comm, CollScope 
     const uint32_t kind = SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT;
     const bool in_place = src.raw.base == dst.raw.base && soff == doff;
     if (!in_place && overlaps(src, soff, count, dst, doff, count)) return refuse<T>(g, comm, kind);
-    const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, 0);
+    const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, 0, in_place);
     const uint32_t P = Pack16<T>::N;
     const uint32_t n = comm.nranks;
     const uint64_t block = ((count + P - 1) / P + n - 1) / n * P;
@@ -286,7 +289,7 @@ SYMCOMM_DEVICE Status all_gather(Cta g, const DevComm& comm, CollScope scope, Wi
     const uint32_t n = comm.nranks;
     const bool in_place = src.raw.base == dst.raw.base && soff == doff + uint64_t(comm.rank) * count;
     if (!in_place && overlaps(src, soff, count, dst, doff, count * n)) return refuse<T>(g, comm, kind);
-    const uint32_t fp = coll_fingerprint<T>(kind, 0, count, 0);
+    const uint32_t fp = coll_fingerprint<T>(kind, 0, count, 0, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
     Status s = barrier(g, comm, part.slot, fp);
     if (s != Status::Ok) return s;
@@ -309,7 +312,7 @@ SYMCOMM_DEVICE Status reduce_scatter(Cta g, const DevComm& comm, CollScope scope
     const uint64_t sblock = soff + uint64_t(comm.rank) * count;
     const bool in_place = src.raw.base == dst.raw.base && doff == sblock;
     if (!in_place && overlaps(src, soff, count * n, dst, doff, count)) return refuse<T>(g, comm, kind);
-    const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, 0);
+    const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, 0, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
     Status s = barrier(g, comm, part.slot, fp);
     if (s != Status::Ok) return s;
@@ -333,7 +336,7 @@ SYMCOMM_DEVICE Status broadcast(Cta g, const DevComm& comm, CollScope scope, uin
     if (root >= comm.nranks || (!in_place && overlaps(src, soff, count, dst, doff, count))) {
         return refuse<T>(g, comm, kind);
     }
-    const uint32_t fp = coll_fingerprint<T>(kind, 0, count, root);
+    const uint32_t fp = coll_fingerprint<T>(kind, 0, count, root, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
     Status s = barrier(g, comm, part.slot, fp);
     if (s != Status::Ok) return s;
@@ -352,7 +355,7 @@ SYMCOMM_DEVICE Status reduce(Cta g, const DevComm& comm, CollScope scope, uint32
     if (root >= comm.nranks || (!in_place && overlaps(src, soff, count, dst, doff, count))) {
         return refuse<T>(g, comm, kind);
     }
-    const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, root);
+    const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, root, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
     Status s = barrier(g, comm, part.slot, fp);
     if (s != Status::Ok) return s;
@@ -379,7 +382,7 @@ SYMCOMM_DEVICE Status scatter(Cta g, const DevComm& comm, CollScope scope, uint3
     if (root >= comm.nranks || (!in_place && overlaps(src, soff, count * comm.nranks, dst, doff, count))) {
         return refuse<T>(g, comm, kind);
     }
-    const uint32_t fp = coll_fingerprint<T>(kind, 0, count, root);
+    const uint32_t fp = coll_fingerprint<T>(kind, 0, count, root, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
     Status s = barrier(g, comm, part.slot, fp);
     if (s != Status::Ok) return s;
@@ -401,7 +404,7 @@ SYMCOMM_DEVICE Status all_to_all(Cta g, const DevComm& comm, CollScope scope, Wi
     if ((in_place && g.size() < n) || (!in_place && overlaps(src, soff, count * n, dst, doff, count * n))) {
         return refuse<T>(g, comm, kind);
     }
-    const uint32_t fp = coll_fingerprint<T>(kind, 0, count, 0);
+    const uint32_t fp = coll_fingerprint<T>(kind, 0, count, 0, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
     Status s = barrier(g, comm, part.slot, fp);
     if (s != Status::Ok) return s;
