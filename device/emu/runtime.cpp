@@ -428,10 +428,13 @@ int fail(char* err, size_t err_len, int code, const char* fmt, ...) {
     return code;
 }
 
-size_t page_size() {
-    static const size_t page = size_t(sysconf(_SC_PAGESIZE));
-    return page;
-}
+// Process-wide constants are initialized before main, not on first use: the thread-safe
+// initialization of a function-local static is a lock that TSan sees, so the first launch to get
+// there would be ordered before every other rank's launch, hiding the races of a process's first
+// launches (a test's first collective).
+const size_t kPageSize = size_t(sysconf(_SC_PAGESIZE));
+
+size_t page_size() { return kPageSize; }
 
 size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
@@ -450,21 +453,21 @@ public:
     static void release(size_t stacks) { used_.fetch_sub(stacks, std::memory_order_relaxed); }
 
 private:
-    static size_t limit() {
-        static const size_t max_stacks = [] {
-            size_t max_map_count = 65530;
-            if (FILE* f = fopen("/proc/sys/vm/max_map_count", "r")) {
-                unsigned long v = 0;
-                if (fscanf(f, "%lu", &v) == 1 && v > 0) max_map_count = v;
-                fclose(f);
-            }
-            return max_map_count / 4;
-        }();
-        return max_stacks;
+    static size_t limit() { return max_stacks_; }
+    static size_t max_stacks() {
+        size_t max_map_count = 65530;
+        if (FILE* f = fopen("/proc/sys/vm/max_map_count", "r")) {
+            unsigned long v = 0;
+            if (fscanf(f, "%lu", &v) == 1 && v > 0) max_map_count = v;
+            fclose(f);
+        }
+        return max_map_count / 4;
     }
     static std::atomic<size_t> used_;
+    static const size_t max_stacks_;  // before main, like kPageSize
 };
 std::atomic<size_t> StackBudget::used_{0};
+const size_t StackBudget::max_stacks_ = StackBudget::max_stacks();
 
 #if SYMCOMM_EMU_TSAN
 /// TSan fiber contexts, recycled across launches: creating one costs about 0.3 ms and 1 MiB, and

@@ -61,13 +61,24 @@ SYMCOMM_DEVICE_NOINLINE Status barrier(Group g, const DevComm& comm, uint32_t in
     const uint64_t* self = signal_slot(comm, comm.rank, comm.rank, slot);
     // Every thread reads the previous epoch before the sync below; the thread that stores the new
     // one into `self` does so after it.
+#if SYMCOMM_PLANTED_BUG == 6  // planted bug 6: a constant epoch instead of the one kept in device memory
+    const uint32_t epoch = 1u;
+    (void)self;
+#else
     const uint32_t epoch = uint32_t(ld_relaxed<Scope::Sys>(self) >> 32) + 1u;
+#endif
     const uint64_t mine = (uint64_t(epoch) << 32) | fp;
     // Orders the group's earlier writes before the release stores (bar.sync, then a cumulative
     // release by the storing thread).
+#if SYMCOMM_PLANTED_BUG != 1  // planted bug 1: no group sync before the release stores
     g.sync();
+#endif
     for (uint32_t p = g.thread_rank(); p < comm.nranks; p += g.size()) {
+#if SYMCOMM_PLANTED_BUG == 2  // planted bug 2: arrive with a relaxed store instead of a release
+        st_relaxed<Scope::Sys>(signal_slot(comm, p, comm.rank, slot), mine);
+#else
         st_release<Scope::Sys>(signal_slot(comm, p, comm.rank, slot), mine);
+#endif
     }
     Status s = Status::Ok;
     for (uint32_t p = g.thread_rank(); p < comm.nranks && s == Status::Ok; p += g.size()) {
@@ -84,7 +95,11 @@ SYMCOMM_DEVICE_NOINLINE Status barrier(Group g, const DevComm& comm, uint32_t in
         }
     }
     // The vote synchronizes the group, handing the acquired peers' writes on to every thread.
+#if SYMCOMM_PLANTED_BUG == 4  // planted bug 4: no final group vote, each thread returns its own status
+    return s;
+#else
     return group_status(g, s);
+#endif
 }
 
 }  // namespace symcomm

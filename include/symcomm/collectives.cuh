@@ -236,11 +236,19 @@ SYMCOMM_DEVICE Status all_reduce_one_shot(Cta g, const DevComm& comm, CollScope 
     const bool vec = phase(src.local_ptr(soff)) == phase(dst.local_ptr(doff));
     const Items<T> it(part.lo, part.hi, vec, reinterpret_cast<uint64_t>(src.local_ptr(soff + part.lo)));
     s = run_items<T>(
+#if SYMCOMM_PLANTED_BUG == 8  // planted bug 8: in place without rounds (no barrier between reads and writes)
+        g, comm, it, false, part.slot, fp,
+#else
         g, comm, it, in_place, part.slot, fp,
+#endif
         [&](uint64_t i, bool pk) { return reduce_item<T, Op>(src, soff + i, comm.nranks, pk); },
         [&](uint64_t i, const Pack16<T>& v, bool pk) { store_item(dst.local_ptr(doff + i), v, pk); });
     if (s != Status::Ok || in_place) return s;
+#if SYMCOMM_PLANTED_BUG == 5  // planted bug 5: no end barrier (peers may still read this rank's input)
+    return s;
+#else
     return barrier(g, comm, part.slot, fp);
+#endif
 }
 
 /// All-reduce, two-shot: rank r reduces block r of the elements (a reduce-scatter into its own

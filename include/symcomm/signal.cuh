@@ -63,7 +63,11 @@ SYMCOMM_DEVICE bool abort_requested(const DevComm& comm) {
 /// Pre: value is larger than any value stored in that slot before (epochs only grow).
 template <Scope S = Scope::Sys>
 SYMCOMM_DEVICE void signal_set(Thread, const DevComm& comm, uint32_t peer, uint32_t slot, uint64_t value) {
+#if SYMCOMM_PLANTED_BUG == 7  // planted bug 7: signal with a relaxed store instead of a release
+    st_relaxed<S>(signal_slot(comm, peer, comm.rank, slot), value);
+#else
     st_release<S>(signal_slot(comm, peer, comm.rank, slot), value);
+#endif
 }
 
 /// Polls the 64-bit word `p` with acquire loads until `done(value)` holds; the bounded wait
@@ -73,11 +77,19 @@ SYMCOMM_DEVICE void signal_set(Thread, const DevComm& comm, uint32_t peer, uint3
 template <Scope S, typename Done>
 SYMCOMM_DEVICE Status poll_until(Thread t, const DevComm& comm, const uint64_t* p, Done done, uint32_t peer,
                                  uint32_t op, uint64_t detail, uint64_t& seen) {
+#if SYMCOMM_PLANTED_BUG == 3  // planted bug 3: the wait polls with relaxed loads instead of acquires
+    seen = ld_relaxed<S>(p);
+#else
     seen = ld_acquire<S>(p);
+#endif
     if (done(seen)) return Status::Ok;
     const uint64_t start = globaltimer_ns();
     for (uint32_t spins = 0;; ++spins) {
+#if SYMCOMM_PLANTED_BUG == 3  // planted bug 3 (as above)
+        seen = ld_relaxed<S>(p);
+#else
         seen = ld_acquire<S>(p);
+#endif
         if (done(seen)) return Status::Ok;
         if (abort_requested(comm)) {
             record_error(t, comm, Status::Aborted, peer, op, detail);
