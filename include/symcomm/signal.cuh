@@ -70,6 +70,15 @@ SYMCOMM_DEVICE void signal_set(Thread, const DevComm& comm, uint32_t peer, uint3
 #endif
 }
 
+/// Signals `peer` by adding: release-adds `delta` to the slot `slot` that `peer` reserves for this
+/// rank (an atomic read-modify-write, so several threads or CTAs of this rank may add to the same
+/// slot; the peer waits for the sum). Called by one thread; ordering as for signal_set.
+/// Returns the slot's previous value.
+template <Scope S = Scope::Sys>
+SYMCOMM_DEVICE uint64_t signal_add(Thread, const DevComm& comm, uint32_t peer, uint32_t slot, uint64_t delta) {
+    return atomic_add_release<S>(signal_slot(comm, peer, comm.rank, slot), delta);
+}
+
 /// Polls the 64-bit word `p` with acquire loads until `done(value)` holds; the bounded wait
 /// under every symcomm wait. Called by one thread. Returns Ok (with `seen` = the value that
 /// satisfied `done`, acquire ordering), or Aborted / Timeout after recording the error with

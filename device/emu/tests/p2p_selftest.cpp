@@ -1,4 +1,4 @@
-// put / get / put_with_signal (include/symcomm/p2p.cuh) on the emulator, under ThreadSanitizer
+// put / get / put_with_signal (include/symcomm/p2p.cuh) and signal_add on the emulator, under ThreadSanitizer
 // in scripts/emu-tsan: element sizes 1, 2, 4, 8; counts around the 16-byte pack; source and
 // destination offsets in equal and different phases; Thread, Warp and Cta groups; ranks {2, 3, 5}.
 //
@@ -39,6 +39,11 @@ void body(Group g, DevComm comm, WindowHandleRaw raw, uint64_t count, uint64_t s
     const uint32_t next = (r + 1) % n, prev = (r + n - 1) % n;
     put_with_signal(g, comm, win, next, R + doff, win.local_ptr(soff), count, 0, epoch);
     if (g.thread_rank() == 0 && signal_wait_until(Thread{}, comm, prev, 0, epoch) != Status::Ok) atomicAdd(wrong, 1000000u);
+    // signal_add: one increment per launch, so the slot from `prev` counts launches (== epoch).
+    if (g.thread_rank() == 0) {
+        signal_add(Thread{}, comm, next, 1, 1);
+        if (signal_wait_until(Thread{}, comm, prev, 1, epoch) != Status::Ok) atomicAdd(wrong, 1000000u);
+    }
     g.sync();
     uint32_t bad = 0;
     for (uint64_t i = g.thread_rank(); i < count; i += g.size()) {
