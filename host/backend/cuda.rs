@@ -58,6 +58,7 @@ const DRIVER_SYMBOLS: &[&str] = &[
     "cuMemsetD8_v2",
     "cuMemcpyHtoD_v2",
     "cuMemcpyDtoH_v2",
+    "cuMemcpyDtoDAsync_v2",
     "cuStreamCreate",
     "cuStreamDestroy_v2",
     "cuStreamSynchronize",
@@ -1039,6 +1040,50 @@ impl Stream {
                 self.stream,
                 params,
                 ptr::null_mut(),
+            )
+        })
+    }
+
+    /// Enqueues a copy of `bytes` bytes from `src` at byte `src_offset` to `dst` at byte
+    /// `dst_offset` (`cuMemcpyDtoDAsync`) and returns without waiting; the copy runs in stream
+    /// order with this stream's kernels (a reference for memory bandwidth, a staging copy).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when a range exceeds its buffer or a buffer belongs to another
+    /// GPU; [`Error::Cuda`].
+    ///
+    /// # Safety
+    /// Both buffers stay allocated until the copy has finished ([`Stream::synchronize`]), and no
+    /// other work writes the destination range, or writes the source range, while it runs.
+    pub unsafe fn copy_device(
+        &self,
+        dst: &DeviceBuffer,
+        dst_offset: usize,
+        src: &DeviceBuffer,
+        src_offset: usize,
+        bytes: usize,
+    ) -> Result<()> {
+        dst.range::<u8>(dst_offset, bytes)?;
+        src.range::<u8>(src_offset, bytes)?;
+        if dst.ctx.ctx != self.ctx.ctx || src.ctx.ctx != self.ctx.ctx {
+            return Err(Error::InvalidArgument(format!(
+                "a device copy on GPU {} between buffers of GPUs {} and {}",
+                self.ctx.ordinal, src.ctx.ordinal, dst.ctx.ordinal
+            )));
+        }
+        if bytes == 0 {
+            return Ok(());
+        }
+        self.ctx.bind()?;
+        // SAFETY: the context is current and the stream live; both ranges lie inside their
+        // allocations (checked above), which stay allocated until the copy finished (this
+        // function's contract).
+        check("cuMemcpyDtoDAsync_v2", unsafe {
+            dsys::cuMemcpyDtoDAsync_v2(
+                dst.ptr + dst_offset as u64,
+                src.ptr + src_offset as u64,
+                bytes,
+                self.stream,
             )
         })
     }
