@@ -10,6 +10,8 @@ pub struct Tunable {
     pub default: &'static str,
     /// What it controls.
     pub help: &'static str,
+    /// A credential: [`value`] shows `(set)` instead of its value.
+    pub secret: bool,
 }
 
 /// Every tunable, in display order.
@@ -18,35 +20,115 @@ pub const TUNABLES: &[Tunable] = &[
         name: "SYMCOMM_LOG",
         default: "warn",
         help: "log level: off, error, warn, info, debug, trace",
+        secret: false,
     },
     Tunable {
         name: "SYMCOMM_LOG_SUBSYS",
         default: "all",
         help: "subsystems logged below warn: init,bootstrap,alloc,coll,tune,emu (^ inverts)",
+        secret: false,
     },
     Tunable {
         name: "SYMCOMM_LOG_FILE",
         default: "(stderr)",
         help: "log file; %h = host name, %p = pid",
+        secret: false,
     },
     Tunable {
         name: "SYMCOMM_NVCC",
         default: "(search)",
         help: "nvcc used by builds; `none` builds without nvcc (NVRTC at run time)",
+        secret: false,
     },
     Tunable {
         name: "CUDA_HOME",
         default: "(unset)",
         help: "CUDA toolkit searched for nvcc and NVRTC",
+        secret: false,
     },
     Tunable {
         name: "SYMCOMM_CUDA_CACHE",
         default: "~/.cache/symcomm/cuda-13.0.88",
         help: "pinned CUDA 13.0 toolchain installed by scripts/install-cuda",
+        secret: false,
+    },
+    Tunable {
+        name: "SYMCOMM_ID",
+        default: "(unset)",
+        help: "bootstrap UniqueId symcomm1:<ip>:<port>:<secret> for from_env() (a credential)",
+        secret: true,
+    },
+    Tunable {
+        name: "SYMCOMM_SECRET",
+        default: "(unset: unauthenticated)",
+        help: "bootstrap secret, 32 hex digits, same on every rank (from_env)",
+        secret: true,
+    },
+    Tunable {
+        name: "SYMCOMM_PORT",
+        default: "MASTER_PORT+1",
+        help: "root's bootstrap port with MASTER_ADDR (from_env)",
+        secret: false,
+    },
+    Tunable {
+        name: "SYMCOMM_INIT_TIMEOUT",
+        default: "30s",
+        help: "bootstrap deadline: seconds or 500ms / 10s / 2m",
+        secret: false,
+    },
+    Tunable {
+        name: "SYMCOMM_SOCKET_IFNAME",
+        default: "(route to root)",
+        help: "interface (name or prefix) for bootstrap sockets",
+        secret: false,
+    },
+    Tunable {
+        name: "SYMCOMM_HOST_ID",
+        default: "hostname/boot_id",
+        help: "host identity; equal ids form a local team",
+        secret: false,
     },
 ];
 
-/// The current value of a tunable, `None` when unset or empty.
+/// The current value of a tunable as shown to users, `None` when unset or empty; a secret
+/// tunable shows `(set)`, never its value.
 pub fn value(name: &str) -> Option<String> {
+    let v = raw_value(name)?;
+    if TUNABLES.iter().any(|t| t.secret && t.name == name) {
+        Some("(set)".to_owned())
+    } else {
+        Some(v)
+    }
+}
+
+/// The current value of an environment variable, `None` when unset or empty (secrets included:
+/// for reading settings, not for display).
+pub fn raw_value(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_masked_and_names_unique() {
+        for t in TUNABLES {
+            assert_eq!(
+                TUNABLES.iter().filter(|u| u.name == t.name).count(),
+                1,
+                "{}",
+                t.name
+            );
+        }
+        assert!(
+            TUNABLES
+                .iter()
+                .any(|t| t.name == "SYMCOMM_SECRET" && t.secret)
+        );
+        assert!(TUNABLES.iter().any(|t| t.name == "SYMCOMM_ID" && t.secret));
+        // Masking depends only on the table, not on what the variable holds.
+        let var = TUNABLES.iter().find(|t| t.secret).map(|t| t.name);
+        assert!(var.is_some());
+    }
 }

@@ -60,6 +60,47 @@ pub enum Error {
     /// Logging could not be set up (bad `SYMCOMM_LOG`, unwritable `SYMCOMM_LOG_FILE`).
     #[error("logging setup: {0}")]
     Log(String),
+    /// Rendezvous authentication failed: this rank's secret does not match the root's (the root
+    /// rejected our proof), or the root could not prove it knows the secret. The rank did not
+    /// join.
+    #[error("bootstrap authentication failed: {0}")]
+    AuthFailed(String),
+    /// The bootstrap rendezvous did not complete within the init timeout. `missing` lists the
+    /// ranks that never joined, as reported by the root (rank 0 when the root itself could not
+    /// be reached); it is empty when the root gave no verdict in time.
+    #[error(
+        "bootstrap init timed out on rank {rank} after {timeout_ms} ms; {}",
+        missing_ranks(missing)
+    )]
+    InitTimeout {
+        /// Rank that timed out.
+        rank: u32,
+        /// Ranks that never joined (empty: unknown).
+        missing: Vec<u32>,
+        /// The init timeout, in milliseconds.
+        timeout_ms: u64,
+    },
+    /// A peer speaks another bootstrap protocol version (a different symcomm release).
+    #[error(
+        "bootstrap protocol version mismatch: this rank speaks version {local}, {peer} speaks version {remote}"
+    )]
+    VersionMismatch {
+        /// Our protocol version.
+        local: u32,
+        /// The peer's protocol version.
+        remote: u32,
+        /// Who the peer is (`the root at 10.0.0.1:29500`, `a client at ...`).
+        peer: String,
+    },
+    /// The rendezvous was refused or broke off; `kind` says why, `detail` names the ranks and
+    /// addresses involved.
+    #[error("bootstrap failed ({kind}): {detail}")]
+    Bootstrap {
+        /// What went wrong.
+        kind: BootstrapErrorKind,
+        /// Human-readable specifics.
+        detail: String,
+    },
     /// An I/O error, with what was being done.
     #[error("{what}: {source}")]
     Io {
@@ -68,4 +109,50 @@ pub enum Error {
         /// The I/O error.
         source: std::io::Error,
     },
+}
+
+/// Why a bootstrap rendezvous was refused or broke off ([`Error::Bootstrap`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BootstrapErrorKind {
+    /// Two authenticated processes claimed the same rank; the root stopped the rendezvous.
+    DuplicateRank,
+    /// A rank outside `0..nranks` reached the root.
+    RankOutOfRange,
+    /// Ranks disagree on the number of ranks; the root stopped the rendezvous.
+    NranksMismatch,
+    /// The peer sent something that is not a valid bootstrap frame (not a symcomm root?).
+    Protocol,
+    /// The connection to a peer closed or failed during the rendezvous.
+    Disconnected,
+}
+
+impl std::fmt::Display for BootstrapErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            BootstrapErrorKind::DuplicateRank => "duplicate rank",
+            BootstrapErrorKind::RankOutOfRange => "rank out of range",
+            BootstrapErrorKind::NranksMismatch => "nranks mismatch",
+            BootstrapErrorKind::Protocol => "protocol error",
+            BootstrapErrorKind::Disconnected => "disconnected",
+        })
+    }
+}
+
+/// `ranks that never joined: [2, 5]`, shortened past 32 ranks.
+fn missing_ranks(missing: &[u32]) -> String {
+    if missing.is_empty() {
+        return "the root gave no verdict, so the missing ranks are unknown".to_owned();
+    }
+    const SHOWN: usize = 32;
+    let list: Vec<String> = missing.iter().take(SHOWN).map(u32::to_string).collect();
+    let more = missing.len().saturating_sub(SHOWN);
+    if more > 0 {
+        format!(
+            "ranks that never joined: [{}, ... and {more} more]",
+            list.join(", ")
+        )
+    } else {
+        format!("ranks that never joined: [{}]", list.join(", "))
+    }
 }

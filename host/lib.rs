@@ -1,16 +1,17 @@
 //! symcomm: device-initiated GPU communication.
 //!
-//! The host crate: probing the CUDA driver, the embedded device code, the emulator backend, and
-//! (in later versions) bootstrap, communicators, symmetric windows and host collectives. Device
-//! code (CUDA C++) lives in `include/symcomm/` and `device/kernels/`; the `symcomm-device` crate
-//! holds the ABI mirror, the emulator runtime and the build helper.
+//! The host crate: probing the CUDA driver, the embedded device code, the emulator backend, the
+//! [`bootstrap`] rendezvous, and (in later versions) communicators, symmetric windows and host
+//! collectives. Device code (CUDA C++) lives in `include/symcomm/` and `device/kernels/`; the
+//! `symcomm-device` crate holds the ABI mirror, the emulator runtime and the build helper.
 
 pub mod backend;
+pub mod bootstrap;
 pub mod config;
 mod error;
 pub mod image;
 pub mod log;
 
-pub use error::{Error, Result};
+pub use error::{BootstrapErrorKind, Error, Result};
 pub use image::DEVICE_IMAGE;
 pub use symcomm_device::abi;
