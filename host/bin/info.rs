@@ -161,7 +161,7 @@ fn to_text(
     let _ = writeln!(s, "\nTunables:");
     for t in TUNABLES {
         let shown = value(t.name).unwrap_or_else(|| format!("{} (default)", t.default));
-        let _ = writeln!(s, "  {:<20} = {:<32} {}", t.name, shown, t.help);
+        let _ = writeln!(s, "  {:<22} = {:<32} {}", t.name, shown, t.help);
     }
     s
 }
