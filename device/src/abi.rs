@@ -128,7 +128,7 @@ pub struct ErrorRecord {
     pub status: u32,
     #[doc = " Rank that recorded the error."]
     pub rank: u32,
-    #[doc = " Peer involved (the one waited for), or UINT32_MAX."]
+    #[doc = " Peer involved (the one waited for); this rank itself for argument and ABI errors."]
     pub peer: u32,
     #[doc = " SYMCOMM_OP_* that failed."]
     pub op: u32,

@@ -183,7 +183,7 @@ typedef struct ErrorRecord {
     uint32_t status;
     /** Rank that recorded the error. */
     uint32_t rank;
-    /** Peer involved (the one waited for), or UINT32_MAX. */
+    /** Peer involved (the one waited for); this rank itself for argument and ABI errors. */
     uint32_t peer;
     /** SYMCOMM_OP_* that failed. */
     uint32_t op;
