@@ -182,7 +182,7 @@ SYMCOMM_DEVICE Status run_items(Cta g, const DevComm& comm, const Items<T>& it, 
     return Status::Ok;
 }
 
-/// Copies `count`-element part [lo, hi) from `from + i` to `to + i`, vectorized when phases agree.
+/// Copies elements [lo, hi) from `from` to `to` (same index), vectorized when phases agree.
 template <typename T>
 SYMCOMM_DEVICE void copy_part(Cta g, const T* from, T* to, uint64_t lo, uint64_t hi) {
     if (from == to) return;
@@ -201,7 +201,7 @@ SYMCOMM_DEVICE bool overlaps(const WindowHandle<T>& x, uint64_t a, uint64_t na, 
     return x.raw.base == y.raw.base && na > 0 && nb > 0 && a < b + nb && b < a + na;
 }
 
-template <typename T>
+/// Records InvalidArgument for collective `kind` (one thread) and returns it.
 SYMCOMM_DEVICE Status refuse(Cta g, const DevComm& comm, uint32_t kind) {
     if (g.thread_rank() == 0) {
         record_error(Thread{}, comm, Status::InvalidArgument, comm.rank, SYMCOMM_OP_COLLECTIVE, kind);
@@ -228,7 +228,7 @@ SYMCOMM_DEVICE Status all_reduce_one_shot(Cta g, const DevComm& comm, CollScope 
     using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT;
     const bool in_place = src.raw.base == dst.raw.base && soff == doff;
-    if (!in_place && overlaps(src, soff, count, dst, doff, count)) return refuse<T>(g, comm, kind);
+    if (!in_place && overlaps(src, soff, count, dst, doff, count)) return refuse(g, comm, kind);
     const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, 0, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
     Status s = barrier(g, comm, part.slot, fp);
@@ -261,7 +261,7 @@ SYMCOMM_DEVICE Status all_reduce_two_shot(Cta g, const DevComm& comm, CollScope 
     using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT;
     const bool in_place = src.raw.base == dst.raw.base && soff == doff;
-    if (!in_place && overlaps(src, soff, count, dst, doff, count)) return refuse<T>(g, comm, kind);
+    if (!in_place && overlaps(src, soff, count, dst, doff, count)) return refuse(g, comm, kind);
     const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, 0, in_place);
     const uint32_t P = Pack16<T>::N;
     const uint32_t n = comm.nranks;
@@ -296,7 +296,7 @@ SYMCOMM_DEVICE Status all_gather(Cta g, const DevComm& comm, CollScope scope, Wi
     const uint32_t kind = SYMCOMM_COLL_ALL_GATHER;
     const uint32_t n = comm.nranks;
     const bool in_place = src.raw.base == dst.raw.base && soff == doff + uint64_t(comm.rank) * count;
-    if (!in_place && overlaps(src, soff, count, dst, doff, count * n)) return refuse<T>(g, comm, kind);
+    if (!in_place && overlaps(src, soff, count, dst, doff, count * n)) return refuse(g, comm, kind);
     const uint32_t fp = coll_fingerprint<T>(kind, 0, count, 0, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
     Status s = barrier(g, comm, part.slot, fp);
@@ -319,7 +319,7 @@ SYMCOMM_DEVICE Status reduce_scatter(Cta g, const DevComm& comm, CollScope scope
     const uint32_t n = comm.nranks;
     const uint64_t sblock = soff + uint64_t(comm.rank) * count;
     const bool in_place = src.raw.base == dst.raw.base && doff == sblock;
-    if (!in_place && overlaps(src, soff, count * n, dst, doff, count)) return refuse<T>(g, comm, kind);
+    if (!in_place && overlaps(src, soff, count * n, dst, doff, count)) return refuse(g, comm, kind);
     const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, 0, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
     Status s = barrier(g, comm, part.slot, fp);
@@ -342,7 +342,7 @@ SYMCOMM_DEVICE Status broadcast(Cta g, const DevComm& comm, CollScope scope, uin
     const uint32_t kind = SYMCOMM_COLL_BROADCAST;
     const bool in_place = src.raw.base == dst.raw.base && soff == doff;
     if (root >= comm.nranks || (!in_place && overlaps(src, soff, count, dst, doff, count))) {
-        return refuse<T>(g, comm, kind);
+        return refuse(g, comm, kind);
     }
     const uint32_t fp = coll_fingerprint<T>(kind, 0, count, root, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
@@ -361,7 +361,7 @@ SYMCOMM_DEVICE Status reduce(Cta g, const DevComm& comm, CollScope scope, uint32
     const uint32_t kind = SYMCOMM_COLL_REDUCE;
     const bool in_place = src.raw.base == dst.raw.base && soff == doff;
     if (root >= comm.nranks || (!in_place && overlaps(src, soff, count, dst, doff, count))) {
-        return refuse<T>(g, comm, kind);
+        return refuse(g, comm, kind);
     }
     const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, root, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
@@ -388,7 +388,7 @@ SYMCOMM_DEVICE Status scatter(Cta g, const DevComm& comm, CollScope scope, uint3
     const uint64_t sblock = soff + uint64_t(comm.rank) * count;
     const bool in_place = src.raw.base == dst.raw.base && doff == sblock;
     if (root >= comm.nranks || (!in_place && overlaps(src, soff, count * comm.nranks, dst, doff, count))) {
-        return refuse<T>(g, comm, kind);
+        return refuse(g, comm, kind);
     }
     const uint32_t fp = coll_fingerprint<T>(kind, 0, count, root, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
@@ -410,7 +410,7 @@ SYMCOMM_DEVICE Status all_to_all(Cta g, const DevComm& comm, CollScope scope, Wi
     const uint32_t r = comm.rank;
     const bool in_place = src.raw.base == dst.raw.base && soff == doff;
     if ((in_place && g.size() < n) || (!in_place && overlaps(src, soff, count * n, dst, doff, count * n))) {
-        return refuse<T>(g, comm, kind);
+        return refuse(g, comm, kind);
     }
     const uint32_t fp = coll_fingerprint<T>(kind, 0, count, 0, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
