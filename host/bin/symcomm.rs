@@ -1,12 +1,14 @@
 //! The `symcomm` command-line tool.
 //!
 //! `symcomm info` — version, embedded device code, available backends, tunables.
+//! `symcomm launch -n N PROGRAM [ARGS]...` — runs N ranks of a program on this machine.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 mod info;
+mod launch;
 
 /// symcomm: device-initiated GPU communication.
 #[derive(Debug, Parser)]
@@ -26,6 +28,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run N copies of PROGRAM on this machine as ranks 0..N of one job.
+    ///
+    /// Each rank gets a fresh bootstrap id (root 127.0.0.1, new secret) in SYMCOMM_ID, and
+    /// RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and SYMCOMM_LAUNCHER=symcomm. Output lines
+    /// are prefixed with `[rank] `; SIGINT and SIGTERM are forwarded to every rank. When a rank
+    /// fails, the others get SIGTERM (SIGKILL after --grace-ms) and the launcher exits with the
+    /// failing rank's status (128 + S for signal S); 124 after --timeout; 2 for bad arguments.
+    Launch(launch::LaunchArgs),
 }
 
 fn main() -> ExitCode {
@@ -36,5 +46,6 @@ fn main() -> ExitCode {
     }
     match cli.command {
         Command::Info { json } => info::run(json),
+        Command::Launch(args) => launch::run(&args),
     }
 }
