@@ -54,6 +54,57 @@ pub enum Error {
         /// Operation that waited.
         op: &'static str,
     },
+    /// A rank of the communicator is gone: its process died (its control connection closed
+    /// without a goodbye), it stopped sending heartbeats, or it destroyed or aborted its
+    /// communicator. The communicator's abort flag was raised, so kernels waiting for that rank
+    /// returned; destroy the communicator.
+    #[error("rank {rank} is lost: {reason}")]
+    PeerLost {
+        /// The rank that is gone.
+        rank: u32,
+        /// Why it is considered gone.
+        reason: String,
+    },
+    /// Ranks made mismatched calls: a collective with a different kind, count, type, operation,
+    /// root or algorithm (seen by the device through the call fingerprint), or a host-side call
+    /// such as `alloc_window` with different sizes. Every rank involved gets this error.
+    #[error("mismatch on rank {rank} (peer {peer}): {what}")]
+    Mismatch {
+        /// Rank reporting the mismatch.
+        rank: u32,
+        /// A peer whose call differs.
+        peer: u32,
+        /// What differs.
+        what: String,
+    },
+    /// Another rank failed a step of a collective host operation (init, window allocation)
+    /// that this rank completed; every rank returns an error for the step.
+    #[error("rank {rank} failed during {what}: {message}")]
+    PeerFailed {
+        /// The rank that failed.
+        rank: u32,
+        /// The step.
+        what: String,
+        /// Its error.
+        message: String,
+    },
+    /// The request is valid but this build, backend or topology cannot serve it (for example a
+    /// window spanning several hosts before an inter-node transport exists).
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// A host-side collective operation of the communicator (window allocation, barrier) did not
+    /// complete in time: some rank did not make the same call.
+    #[error(
+        "rank {rank}: {what} did not complete within {timeout_ms} ms (did every rank make the same call?)"
+    )]
+    HostTimeout {
+        /// Rank that timed out.
+        rank: u32,
+        /// The operation.
+        what: String,
+        /// The timeout, in milliseconds.
+        timeout_ms: u64,
+    },
     /// Device code or the emulator failed in another way.
     #[error(transparent)]
     Device(#[from] symcomm_device::Error),

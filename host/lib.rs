@@ -7,11 +7,15 @@
 
 pub mod backend;
 pub mod bootstrap;
+pub mod comm;
 pub mod config;
 mod error;
 pub mod image;
 pub mod log;
 
+pub use backend::cuda::DevicePlain;
+pub use bootstrap::UniqueId;
+pub use comm::{CommOptions, Communicator, Device, Window, WindowHandle};
 pub use error::{BootstrapErrorKind, Error, Result};
 pub use image::DEVICE_IMAGE;
 pub use symcomm_device::abi;

@@ -30,6 +30,9 @@ use symcomm_device::image::{DeviceImage, Module};
 
 use crate::{Error, Result};
 
+mod vmm;
+pub use vmm::{HostMapped, VmmRange, VmmSegment};
+
 // ---------------------------------------------------------------------------------------------
 // Loading the libraries without panicking
 // ---------------------------------------------------------------------------------------------

@@ -45,15 +45,17 @@ mod config;
 mod id;
 mod net;
 mod root;
-mod wire;
+pub(crate) mod wire;
 
 use std::net::{IpAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+pub(crate) use config::parse_timeout;
 pub use config::{
     BootstrapConfig, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_INIT_TIMEOUT, Launcher, LocalHint,
 };
 pub use id::UniqueId;
+pub(crate) use id::hex as hex_string;
 pub use net::host_identity;
 
 use crate::{Error, Result};

@@ -21,6 +21,8 @@ pub(crate) const MAGIC: [u8; 4] = *b"SYMC";
 pub(crate) const MAX_HOST_ID: usize = 255;
 /// Longest human-readable message in an abort frame, in bytes.
 pub(crate) const MAX_MESSAGE: usize = 1024;
+/// Largest contribution of one rank to a host-side all-gather, in bytes.
+pub(crate) const MAX_GATHER: usize = 1024;
 /// Encoded size of an address: family byte + 16 address bytes.
 const ADDR_LEN: usize = 17;
 /// Largest encoded table entry: rank, pid, address, host-id length and bytes.
@@ -42,6 +44,17 @@ pub(crate) enum FrameType {
     Abort = 5,
     /// Root → client: the rank table, MACed.
     Table = 6,
+    /// Either way, after the rendezvous: I am alive (no payload).
+    Heartbeat = 7,
+    /// Rank → root, after the rendezvous: one rank's contribution to a host-side all-gather.
+    Gather = 8,
+    /// Root → rank: every rank's contribution to an all-gather.
+    Gathered = 9,
+    /// Root → rank: a rank was lost (its connection closed without a goodbye, or it missed its
+    /// heartbeats).
+    PeerLost = 10,
+    /// Either way: the sender destroyed its communicator and closes the link on purpose.
+    Goodbye = 11,
 }
 
 impl FrameType {
@@ -53,6 +66,11 @@ impl FrameType {
             4 => FrameType::Welcome,
             5 => FrameType::Abort,
             6 => FrameType::Table,
+            7 => FrameType::Heartbeat,
+            8 => FrameType::Gather,
+            9 => FrameType::Gathered,
+            10 => FrameType::PeerLost,
+            11 => FrameType::Goodbye,
             _ => return None,
         })
     }
@@ -68,6 +86,10 @@ impl FrameType {
             FrameType::Welcome => 64,
             FrameType::Abort => 1 + 4 + 4 + 4 * n + 2 + MAX_MESSAGE,
             FrameType::Table => 4 + n * MAX_ENTRY + MAC_LEN,
+            FrameType::Heartbeat | FrameType::Goodbye => 0,
+            FrameType::Gather => 8 + 4 + 2 + MAX_GATHER,
+            FrameType::Gathered => 8 + 4 + n * (4 + 2 + MAX_GATHER),
+            FrameType::PeerLost => 4 + 1,
         };
         u32::try_from(max).unwrap_or(u32::MAX)
     }
@@ -583,6 +605,113 @@ pub(crate) fn decode_table(payload: &[u8]) -> Result<(Vec<RankInfo>, &[u8], Mac)
     let mut tag = [0u8; MAC_LEN];
     tag.copy_from_slice(mac);
     Ok((entries, body, tag))
+}
+
+/// A frame without payload ([`FrameType::Heartbeat`], [`FrameType::Goodbye`]).
+pub(crate) fn encode_empty(kind: FrameType) -> Vec<u8> {
+    frame(kind, &[])
+}
+
+/// One rank's contribution to the host-side all-gather number `seq`: a tag naming the operation
+/// (ranks must agree on it) and at most [`MAX_GATHER`] bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Contribution {
+    pub(crate) tag: u32,
+    pub(crate) data: Vec<u8>,
+}
+
+fn put_contribution(p: &mut Vec<u8>, c: &Contribution) {
+    p.extend_from_slice(&c.tag.to_be_bytes());
+    let len = c.data.len().min(MAX_GATHER);
+    p.extend_from_slice(&(len as u16).to_be_bytes());
+    p.extend_from_slice(&c.data[..len]);
+}
+
+fn take_contribution(c: &mut Cursor<'_>) -> Result<Contribution, FrameError> {
+    let tag = c.u32("gather tag")?;
+    let len = c.u16("gather length")? as usize;
+    if len > MAX_GATHER {
+        return Err(FrameError::Malformed("gather length"));
+    }
+    Ok(Contribution {
+        tag,
+        data: c.take(len, "gather data")?.to_vec(),
+    })
+}
+
+/// Rank → root: contribution to gather `seq`.
+pub(crate) fn encode_gather(seq: u64, c: &Contribution) -> Vec<u8> {
+    let mut p = Vec::with_capacity(14 + c.data.len());
+    p.extend_from_slice(&seq.to_be_bytes());
+    put_contribution(&mut p, c);
+    frame(FrameType::Gather, &p)
+}
+
+pub(crate) fn decode_gather(payload: &[u8]) -> Result<(u64, Contribution), FrameError> {
+    let mut c = Cursor { buf: payload };
+    let seq = u64::from_be_bytes(c.array("gather sequence")?);
+    let contribution = take_contribution(&mut c)?;
+    c.end()?;
+    Ok((seq, contribution))
+}
+
+/// Root → rank: every rank's contribution to gather `seq`, in rank order.
+pub(crate) fn encode_gathered(seq: u64, all: &[Contribution]) -> Vec<u8> {
+    let mut p = Vec::with_capacity(12 + all.iter().map(|c| 6 + c.data.len()).sum::<usize>());
+    p.extend_from_slice(&seq.to_be_bytes());
+    p.extend_from_slice(&(all.len() as u32).to_be_bytes());
+    for c in all {
+        put_contribution(&mut p, c);
+    }
+    frame(FrameType::Gathered, &p)
+}
+
+pub(crate) fn decode_gathered(
+    payload: &[u8],
+    nranks: u32,
+) -> Result<(u64, Vec<Contribution>), FrameError> {
+    let mut c = Cursor { buf: payload };
+    let seq = u64::from_be_bytes(c.array("gathered sequence")?);
+    let count = c.u32("gathered count")?;
+    if count != nranks {
+        return Err(FrameError::Malformed("gathered count"));
+    }
+    let mut all = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        all.push(take_contribution(&mut c)?);
+    }
+    c.end()?;
+    Ok((seq, all))
+}
+
+/// Why a rank was declared lost. The numbers are the wire encoding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum LostReason {
+    /// Its connection closed without a goodbye (the process died or closed the socket).
+    Disconnected = 1,
+    /// No frame from it within the peer timeout.
+    HeartbeatMissed = 2,
+}
+
+/// Root → rank: `rank` is lost.
+pub(crate) fn encode_peer_lost(rank: u32, why: LostReason) -> Vec<u8> {
+    let mut p = Vec::with_capacity(5);
+    p.extend_from_slice(&rank.to_be_bytes());
+    p.push(why as u8);
+    frame(FrameType::PeerLost, &p)
+}
+
+pub(crate) fn decode_peer_lost(payload: &[u8]) -> Result<(u32, LostReason), FrameError> {
+    let mut c = Cursor { buf: payload };
+    let rank = c.u32("lost rank")?;
+    let why = match c.u8("lost reason")? {
+        1 => LostReason::Disconnected,
+        2 => LostReason::HeartbeatMissed,
+        _ => return Err(FrameError::Malformed("lost reason")),
+    };
+    c.end()?;
+    Ok((rank, why))
 }
 
 #[cfg(test)]

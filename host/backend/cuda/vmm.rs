@@ -1,0 +1,357 @@
+//! CUDA virtual memory management for symmetric windows: physical allocations exported as POSIX
+//! fds (`cuMemCreate` + `cuMemExportToShareableHandle`), imported by every local rank
+//! (`cuMemImportFromShareableHandle`) and mapped side by side into one reserved device range
+//! (`cuMemAddressReserve` + `cuMemMap` + `cuMemSetAccess`) — the flat layout of DESIGN §3 — and
+//! mapped pinned host memory (`cuMemHostAlloc`) for the abort flag and error record.
+//!
+//! Several ranks may share one GPU (threads or processes): each imports the others' allocations
+//! into its own range, so each sees every copy at its own addresses.
+
+use std::ffi::c_void;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr;
+use std::sync::{Arc, OnceLock};
+
+use super::{Context, CudaDevice, check, dsys};
+use crate::{Error, Result};
+
+/// Driver entry points used here, checked once before the first use (cudarc panics on a
+/// missing symbol). All exist since CUDA 10.2.
+const VMM_SYMBOLS: &[&str] = &[
+    "cuMemCreate",
+    "cuMemRelease",
+    "cuMemExportToShareableHandle",
+    "cuMemImportFromShareableHandle",
+    "cuMemAddressReserve",
+    "cuMemAddressFree",
+    "cuMemMap",
+    "cuMemUnmap",
+    "cuMemSetAccess",
+    "cuMemGetAllocationGranularity",
+    "cuMemHostAlloc",
+    "cuMemHostGetDevicePointer_v2",
+    "cuMemFreeHost",
+];
+
+fn vmm_available() -> Result<()> {
+    static STATE: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    STATE
+        .get_or_init(|| {
+            // SAFETY: only called with a `CudaDevice` in hand, so the driver library was loaded
+            // and checked (`super::driver`) and `culib` finds it without panicking.
+            let lib = unsafe { dsys::culib() };
+            let missing: Vec<&str> = VMM_SYMBOLS
+                .iter()
+                .copied()
+                // SAFETY: a symbol-table lookup; the pointer is dropped unused.
+                .filter(|s| unsafe { lib.get::<*const c_void>(s.as_bytes()) }.is_err())
+                .collect();
+            if missing.is_empty() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "the CUDA driver lacks {} (virtual memory management)",
+                    missing.join(", ")
+                ))
+            }
+        })
+        .clone()
+        .map_err(Error::NoDriver)
+}
+
+fn location(ctx: &Context) -> dsys::CUmemLocation {
+    dsys::CUmemLocation {
+        type_: dsys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+        id: ctx.ordinal as i32,
+    }
+}
+
+fn alloc_prop(ctx: &Context) -> dsys::CUmemAllocationProp {
+    // SAFETY: an all-integer C struct (plus one null pointer) for which zero is the documented
+    // default of every field.
+    let mut prop: dsys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+    prop.type_ = dsys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.requestedHandleTypes =
+        dsys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    prop.location = location(ctx);
+    prop
+}
+
+/// One rank's copy of a window on its GPU: a physical allocation and its exported fd.
+#[derive(Debug)]
+pub struct VmmSegment {
+    ctx: Arc<Context>,
+    handle: dsys::CUmemGenericAllocationHandle,
+    fd: OwnedFd,
+}
+
+impl VmmSegment {
+    /// The allocation granularity of `device` (`CU_MEM_ALLOC_GRANULARITY_RECOMMENDED`): sizes
+    /// and strides of window copies are multiples of it.
+    ///
+    /// # Errors
+    /// [`Error::NoDriver`] without VMM support; [`Error::Cuda`].
+    pub fn granularity(device: &CudaDevice) -> Result<u64> {
+        vmm_available()?;
+        device.ctx.bind()?;
+        let prop = alloc_prop(&device.ctx);
+        let mut g = 0usize;
+        // SAFETY: the context is current; `prop` and the out-pointer are live locals.
+        check("cuMemGetAllocationGranularity", unsafe {
+            dsys::cuMemGetAllocationGranularity(
+                &mut g,
+                &prop,
+                dsys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED,
+            )
+        })?;
+        Ok(g.max(1) as u64)
+    }
+
+    /// Allocates `bytes` (a multiple of the granularity) of device memory exportable as a POSIX
+    /// fd.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] (`CUDA_ERROR_OUT_OF_MEMORY`, `CUDA_ERROR_NOT_SUPPORTED` on GPUs without
+    /// POSIX-fd export).
+    pub fn create(device: &CudaDevice, bytes: u64) -> Result<Self> {
+        vmm_available()?;
+        device.ctx.bind()?;
+        let prop = alloc_prop(&device.ctx);
+        let mut handle: dsys::CUmemGenericAllocationHandle = 0;
+        // SAFETY: the context is current; `prop` and the out-pointer are live locals.
+        check("cuMemCreate", unsafe {
+            dsys::cuMemCreate(&mut handle, bytes as usize, &prop, 0)
+        })?;
+        let mut raw: RawFd = -1;
+        // SAFETY: `handle` is a live allocation created with POSIX-fd export; the out-pointer is
+        // an int, as that handle type requires.
+        let r = check("cuMemExportToShareableHandle", unsafe {
+            dsys::cuMemExportToShareableHandle(
+                ptr::from_mut(&mut raw).cast(),
+                handle,
+                dsys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                0,
+            )
+        });
+        if let Err(e) = r {
+            // SAFETY: releases the allocation created above, used by nothing else.
+            unsafe { dsys::cuMemRelease(handle) };
+            return Err(e);
+        }
+        // SAFETY: the driver created `raw` for us; we own and close it.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        Ok(VmmSegment {
+            ctx: Arc::clone(&device.ctx),
+            handle,
+            fd,
+        })
+    }
+
+    /// The exported fd (to pass to the other local ranks).
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.fd.as_fd()
+    }
+}
+
+impl Drop for VmmSegment {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_ok() {
+            // SAFETY: our reference to the allocation, released once; mappings made from
+            // imports of it keep the memory alive.
+            let r = unsafe { dsys::cuMemRelease(self.handle) };
+            if r != dsys::CUresult::CUDA_SUCCESS {
+                tracing::warn!(target: "symcomm::alloc", error = ?r, "cuMemRelease failed");
+            }
+        }
+    }
+}
+
+/// Every local rank's copy of a window mapped into one reserved device range of this rank's
+/// GPU; unmapped and released on drop.
+#[derive(Debug)]
+pub struct VmmRange {
+    ctx: Arc<Context>,
+    base: dsys::CUdeviceptr,
+    stride: u64,
+    handles: Vec<dsys::CUmemGenericAllocationHandle>,
+    mapped: usize,
+}
+
+impl VmmRange {
+    /// Imports `fds[r]` (rank r's exported copy of `stride` bytes) and maps it at
+    /// `base + r * stride` with read-write access for `device`.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`]: import refused (a handle of another GPU without peer access), address
+    /// space exhausted, `cuMemSetAccess` refused (`CUDA_ERROR_INVALID_DEVICE`: no P2P between
+    /// the GPUs).
+    pub fn map(device: &CudaDevice, stride: u64, fds: Vec<OwnedFd>) -> Result<Self> {
+        vmm_available()?;
+        device.ctx.bind()?;
+        let total = stride as usize * fds.len();
+        let mut base: dsys::CUdeviceptr = 0;
+        // SAFETY: the context is current; the out-pointer is a live local; no fixed address.
+        check("cuMemAddressReserve", unsafe {
+            dsys::cuMemAddressReserve(&mut base, total, stride as usize, 0, 0)
+        })?;
+        let mut range = VmmRange {
+            ctx: Arc::clone(&device.ctx),
+            base,
+            stride,
+            handles: Vec::with_capacity(fds.len()),
+            mapped: 0,
+        };
+        for (r, fd) in fds.iter().enumerate() {
+            let mut handle: dsys::CUmemGenericAllocationHandle = 0;
+            // SAFETY: for POSIX fds the "OS handle" argument is the fd value itself, cast to a
+            // pointer; the fd stays open for the call.
+            check("cuMemImportFromShareableHandle", unsafe {
+                dsys::cuMemImportFromShareableHandle(
+                    &mut handle,
+                    ptr::without_provenance_mut(fd.as_raw_fd() as usize),
+                    dsys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                )
+            })?;
+            range.handles.push(handle);
+            // SAFETY: `[base + r*stride, +stride)` lies in our reservation and is unmapped;
+            // `handle` is a live allocation of exactly `stride` bytes.
+            check("cuMemMap", unsafe {
+                dsys::cuMemMap(base + r as u64 * stride, stride as usize, 0, handle, 0)
+            })?;
+            range.mapped += 1;
+        }
+        let access = dsys::CUmemAccessDesc {
+            location: location(&device.ctx),
+            flags: dsys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        // SAFETY: the whole range is mapped (above); one access descriptor.
+        check("cuMemSetAccess", unsafe {
+            dsys::cuMemSetAccess(base, total, &access, 1)
+        })?;
+        Ok(range)
+    }
+
+    /// Device address of rank 0's copy.
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// Copies host bytes to device address `addr` (inside this range; caller-checked).
+    pub(crate) fn write(&self, addr: u64, data: &[u8]) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: the context is current; `addr..addr+len` is mapped (caller's bounds check);
+        // the source is a live slice. Synchronous copy.
+        check("cuMemcpyHtoD_v2", unsafe {
+            dsys::cuMemcpyHtoD_v2(addr, data.as_ptr().cast(), data.len())
+        })
+    }
+
+    /// Copies device bytes at `addr` (inside this range; caller-checked) to the host.
+    pub(crate) fn read(&self, addr: u64, out: &mut [u8]) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: as in `write`, the other way.
+        check("cuMemcpyDtoH_v2", unsafe {
+            dsys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), addr, out.len())
+        })
+    }
+
+    /// Zeroes `bytes` at `addr` (inside this range; caller-checked), synchronously.
+    pub(crate) fn zero(&self, addr: u64, bytes: u64) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: the context is current; the range is mapped.
+        check("cuMemsetD8_v2", unsafe {
+            dsys::cuMemsetD8_v2(addr, 0, bytes as usize)
+        })?;
+        // SAFETY: the context is current.
+        check("cuCtxSynchronize", unsafe { dsys::cuCtxSynchronize() })
+    }
+}
+
+impl Drop for VmmRange {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_err() {
+            return;
+        }
+        let total = self.stride as usize * self.handles.len().max(self.mapped);
+        for r in 0..self.mapped {
+            // SAFETY: slot r was mapped in `map` and is unmapped once.
+            unsafe { dsys::cuMemUnmap(self.base + r as u64 * self.stride, self.stride as usize) };
+        }
+        for &h in &self.handles {
+            // SAFETY: each imported handle is released once.
+            unsafe { dsys::cuMemRelease(h) };
+        }
+        if total > 0 {
+            // SAFETY: the reservation made in `map`, now fully unmapped.
+            unsafe { dsys::cuMemAddressFree(self.base, total) };
+        }
+    }
+}
+
+/// Pinned host memory mapped into the device's address space (`cuMemHostAlloc` with
+/// `DEVICEMAP | PORTABLE`), zeroed; freed on drop.
+#[derive(Debug)]
+pub struct HostMapped {
+    ctx: Arc<Context>,
+    host: *mut c_void,
+    device: u64,
+}
+
+// SAFETY: the memory is process-wide pinned memory; the pointer is owned by this value.
+unsafe impl Send for HostMapped {}
+// SAFETY: as for Send; no Rust-side mutation through `&self`.
+unsafe impl Sync for HostMapped {}
+
+impl HostMapped {
+    /// Allocates `bytes` of zeroed mapped pinned memory.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`].
+    pub fn new(device: &CudaDevice, bytes: usize) -> Result<Self> {
+        vmm_available()?;
+        device.ctx.bind()?;
+        let mut host: *mut c_void = ptr::null_mut();
+        // SAFETY: the context is current; the out-pointer is a live local.
+        check("cuMemHostAlloc", unsafe {
+            dsys::cuMemHostAlloc(
+                &mut host,
+                bytes,
+                dsys::CU_MEMHOSTALLOC_DEVICEMAP | dsys::CU_MEMHOSTALLOC_PORTABLE,
+            )
+        })?;
+        let mut mem = HostMapped {
+            ctx: Arc::clone(&device.ctx),
+            host,
+            device: 0,
+        };
+        // SAFETY: `host` points at `bytes` freshly allocated bytes.
+        unsafe { ptr::write_bytes(host.cast::<u8>(), 0, bytes) };
+        let mut dptr: dsys::CUdeviceptr = 0;
+        // SAFETY: `host` came from cuMemHostAlloc with DEVICEMAP; flags must be 0.
+        check("cuMemHostGetDevicePointer_v2", unsafe {
+            dsys::cuMemHostGetDevicePointer_v2(&mut dptr, host, 0)
+        })?;
+        mem.device = dptr;
+        Ok(mem)
+    }
+
+    /// Host address.
+    pub fn host_ptr(&self) -> *mut u8 {
+        self.host.cast()
+    }
+
+    /// Device address of the same bytes.
+    pub fn device_ptr(&self) -> u64 {
+        self.device
+    }
+}
+
+impl Drop for HostMapped {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_ok() {
+            // SAFETY: allocated by cuMemHostAlloc in `new`, freed once.
+            unsafe { dsys::cuMemFreeHost(self.host) };
+        }
+    }
+}

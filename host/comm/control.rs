@@ -1,0 +1,533 @@
+//! The control plane of a communicator: the bootstrap links kept open after the rendezvous
+//! (every rank to the root, the root to every rank), used for
+//!
+//! - **liveness**: heartbeats both ways every `heartbeat`; a link that closes without a
+//!   goodbye (the peer process died: EOF arrives at once, even for `kill -9`) or stays silent
+//!   for `peer_timeout` marks that rank lost. The root tells every other rank (`PeerLost`
+//!   frames), so every survivor learns of any rank's death, and each rank's `on_fault` callback
+//!   raises its abort flag so kernels waiting on the lost rank return;
+//! - **host-side all-gathers** of small records (window sizes, socket names, success flags),
+//!   relayed by the root. Every gather carries a tag naming the operation, so ranks making
+//!   different calls see a mismatch instead of mixing up data.
+//!
+//! One monitor thread per rank reads the links (poll + bounded frame reads); callers write under
+//! a per-link lock, with deadlines. A host-side operation waits at most `op_timeout`.
+
+use std::collections::BTreeMap;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+
+use crate::bootstrap::RootLink;
+use crate::bootstrap::wire::{
+    self, Contribution, FrameType, LostReason, MAX_GATHER, read_frame, write_frame,
+};
+use crate::{Error, Result};
+
+/// Longest a frame that has started arriving may take to complete, and a write to finish.
+const FRAME_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Timing of the control plane.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ControlTiming {
+    /// Interval between heartbeats.
+    pub(crate) heartbeat: Duration,
+    /// Silence after which a peer is lost.
+    pub(crate) peer_timeout: Duration,
+    /// Longest wait of a host-side collective operation (all ranks must make the call).
+    pub(crate) op_timeout: Duration,
+}
+
+/// Called (from the monitor thread) with the rank that was lost, once per communicator.
+pub(crate) type OnFault = Box<dyn Fn(u32) + Send + Sync>;
+
+struct Link {
+    rank: u32,
+    stream: TcpStream,
+    write: Mutex<()>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The first rank lost and why.
+    fault: Option<(u32, LostReason)>,
+    /// Ranks whose communicator said goodbye (indexed by rank).
+    departed: Vec<bool>,
+    /// Root: contributions of gathers still missing some rank.
+    pending: BTreeMap<u64, Vec<Option<Contribution>>>,
+    /// Completed gathers not yet collected by the caller.
+    done: BTreeMap<u64, Vec<Contribution>>,
+    /// Set when a host-side operation timed out: ranks disagree on the sequence of calls.
+    broken: Option<String>,
+    /// This rank aborted: its links are shut down and losses are no longer reported.
+    aborted: bool,
+}
+
+struct Shared {
+    rank: u32,
+    nranks: u32,
+    links: Vec<Link>,
+    timing: ControlTiming,
+    state: Mutex<State>,
+    cond: Condvar,
+    on_fault: OnFault,
+}
+
+/// The control plane of one rank; see the module docs. Dropping it says goodbye to the peers
+/// and joins the monitor thread.
+pub(crate) struct Control {
+    shared: Arc<Shared>,
+    wake: UnixStream,
+    monitor: Option<JoinHandle<()>>,
+    seq: Mutex<u64>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding these locks leaves plain data behind; keep going.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Control {
+    /// Takes over the links of a finished rendezvous and starts the monitor thread.
+    pub(crate) fn start(
+        rank: u32,
+        nranks: u32,
+        link: RootLink,
+        timing: ControlTiming,
+        on_fault: OnFault,
+    ) -> Result<Self> {
+        let io_err = |what: &str| {
+            let what = what.to_owned();
+            move |source| Error::Io { what, source }
+        };
+        let mut links = Vec::new();
+        match link {
+            RootLink::Root { peers } => {
+                for (r, s) in peers.into_iter().enumerate() {
+                    if let Some(stream) = s {
+                        links.push(Link {
+                            rank: r as u32,
+                            stream,
+                            write: Mutex::new(()),
+                        });
+                    }
+                }
+            }
+            RootLink::Rank { root } => links.push(Link {
+                rank: 0,
+                stream: root,
+                write: Mutex::new(()),
+            }),
+        }
+        for l in &links {
+            l.stream
+                .set_nonblocking(false)
+                .map_err(io_err("configuring a control link"))?;
+        }
+        let (wake, wake_rx) =
+            UnixStream::pair().map_err(io_err("creating the monitor's wake-up socket"))?;
+        wake_rx
+            .set_nonblocking(true)
+            .map_err(io_err("configuring the monitor's wake-up socket"))?;
+        let shared = Arc::new(Shared {
+            rank,
+            nranks,
+            links,
+            timing,
+            state: Mutex::new(State {
+                departed: vec![false; nranks as usize],
+                ..State::default()
+            }),
+            cond: Condvar::new(),
+            on_fault,
+        });
+        let monitor = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name(format!("symcomm-monitor-{rank}"))
+                .spawn(move || monitor(&shared, &wake_rx))
+                .map_err(io_err("starting the monitor thread"))?
+        };
+        Ok(Control {
+            shared,
+            wake,
+            monitor: Some(monitor),
+            seq: Mutex::new(0),
+        })
+    }
+
+    /// The first lost rank, if any.
+    pub(crate) fn fault(&self) -> Option<Error> {
+        lock(&self.shared.state)
+            .fault
+            .map(|(rank, why)| lost_error(rank, why))
+    }
+
+    /// Host-side all-gather: every rank calls it with the same `tag` in the same order; returns
+    /// every rank's contribution, in rank order. Bounded by the op timeout.
+    ///
+    /// Errors: [`Error::PeerLost`] after a fault; [`Error::Mismatch`] when ranks passed different
+    /// tags (every rank gets it); [`Error::HostTimeout`] when not every rank made the call in
+    /// time (the control plane is unusable afterwards: the ranks' call sequences diverged).
+    pub(crate) fn all_gather(&self, tag: u32, what: &str, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        if data.len() > MAX_GATHER {
+            return Err(Error::InvalidArgument(format!(
+                "host all-gather of {} bytes (at most {MAX_GATHER})",
+                data.len()
+            )));
+        }
+        let shared = &*self.shared;
+        let mut seq_guard = lock(&self.seq);
+        self.usable()?;
+        *seq_guard += 1;
+        let seq = *seq_guard;
+        let mine = Contribution {
+            tag,
+            data: data.to_vec(),
+        };
+        if shared.nranks == 1 {
+            return Ok(vec![mine.data]);
+        }
+        if shared.rank == 0 {
+            if let Some(all) = contribute(shared, seq, 0, mine) {
+                broadcast_gathered(shared, seq, all);
+            }
+        } else {
+            let frame = wire::encode_gather(seq, &mine);
+            if !send(&shared.links[0], &frame) {
+                lose(shared, 0, LostReason::Disconnected);
+            }
+        }
+        let deadline = Instant::now() + shared.timing.op_timeout;
+        let mut st = lock(&shared.state);
+        let all = loop {
+            if let Some(all) = st.done.remove(&seq) {
+                break all;
+            }
+            if let Some((rank, why)) = st.fault {
+                return Err(lost_error(rank, why));
+            }
+            if st.aborted {
+                return Err(aborted_error(shared.rank));
+            }
+            if shared.rank != 0 && st.departed[0] {
+                return Err(departed_error(0));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let msg = format!(
+                    "{what} (host operation {seq}) did not complete within {} ms",
+                    shared.timing.op_timeout.as_millis()
+                );
+                st.broken = Some(msg);
+                return Err(Error::HostTimeout {
+                    rank: shared.rank,
+                    what: what.to_owned(),
+                    timeout_ms: shared.timing.op_timeout.as_millis() as u64,
+                });
+            }
+            st = shared
+                .cond
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        };
+        drop(st);
+        if let Some((peer, other)) = all.iter().enumerate().find(|(_, c)| c.tag != tag) {
+            return Err(Error::Mismatch {
+                rank: shared.rank,
+                peer: peer as u32,
+                what: format!(
+                    "rank {} called {what} while rank {peer} made another host call (tag {:#x})",
+                    shared.rank, other.tag
+                ),
+            });
+        }
+        Ok(all.into_iter().map(|c| c.data).collect())
+    }
+
+    /// Local abort: shuts every link down (peers see this rank vanish and raise their own
+    /// abort flags), stops reporting losses, and makes later host operations fail. Any thread;
+    /// returns at once.
+    pub(crate) fn abort(&self) {
+        lock(&self.shared.state).aborted = true;
+        self.shared.cond.notify_all();
+        for l in &self.shared.links {
+            let _ = l.stream.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// A barrier over the control plane (an empty all-gather).
+    pub(crate) fn barrier(&self, tag: u32, what: &str) -> Result<()> {
+        self.all_gather(tag, what, &[]).map(|_| ())
+    }
+
+    /// Whether host-side operations can still run.
+    fn usable(&self) -> Result<()> {
+        let st = lock(&self.shared.state);
+        if st.aborted {
+            return Err(aborted_error(self.shared.rank));
+        }
+        if let Some((rank, why)) = st.fault {
+            return Err(lost_error(rank, why));
+        }
+        if let Some(msg) = &st.broken {
+            return Err(Error::InvalidArgument(format!(
+                "the communicator's host control plane is unusable after an earlier timeout: {msg}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Control {
+    fn drop(&mut self) {
+        let goodbye = wire::encode_empty(FrameType::Goodbye);
+        let (departed, aborted) = {
+            let st = lock(&self.shared.state);
+            (st.departed.clone(), st.aborted)
+        };
+        for l in &self.shared.links {
+            if !departed[l.rank as usize] && !aborted {
+                let _ = send(l, &goodbye);
+            }
+        }
+        let _ = (&self.wake).write_all(&[1]);
+        if let Some(h) = self.monitor.take() {
+            let _ = h.join();
+        }
+        for l in &self.shared.links {
+            let _ = l.stream.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+fn lost_error(rank: u32, why: LostReason) -> Error {
+    Error::PeerLost {
+        rank,
+        reason: match why {
+            LostReason::Disconnected => "its connection closed without a goodbye (process died?)",
+            LostReason::HeartbeatMissed => "it sent no heartbeat within the peer timeout",
+        }
+        .to_owned(),
+    }
+}
+
+/// The error of host calls after [`Control::abort`].
+pub(crate) fn aborted_error(rank: u32) -> Error {
+    Error::Aborted {
+        rank,
+        peer: rank,
+        op: "Communicator::abort",
+    }
+}
+
+fn departed_error(rank: u32) -> Error {
+    Error::PeerLost {
+        rank,
+        reason: "it destroyed its communicator".to_owned(),
+    }
+}
+
+/// Writes a whole frame to `link` (bounded); false on failure.
+fn send(link: &Link, frame: &[u8]) -> bool {
+    let _guard = lock(&link.write);
+    write_frame(&link.stream, frame, Instant::now() + FRAME_TIMEOUT).is_ok()
+}
+
+/// Root: records `rank`'s contribution to gather `seq`; returns the gather once complete.
+fn contribute(shared: &Shared, seq: u64, rank: u32, c: Contribution) -> Option<Vec<Contribution>> {
+    let mut st = lock(&shared.state);
+    let n = shared.nranks as usize;
+    let slot = st.pending.entry(seq).or_insert_with(|| vec![None; n]);
+    slot[rank as usize] = Some(c);
+    if slot.iter().any(Option::is_none) {
+        return None;
+    }
+    Some(
+        st.pending
+            .remove(&seq)
+            .unwrap_or_default()
+            .into_iter()
+            .flatten()
+            .collect(),
+    )
+}
+
+/// Root: sends a completed gather to every other rank, then releases the root's own caller.
+/// In that order: the caller may destroy the communicator as soon as it returns, and its
+/// goodbye must not overtake the result on any link.
+fn broadcast_gathered(shared: &Shared, seq: u64, all: Vec<Contribution>) {
+    let frame = wire::encode_gathered(seq, &all);
+    for l in &shared.links {
+        if !send(l, &frame) && !lock(&shared.state).departed[l.rank as usize] {
+            lose(shared, l.rank, LostReason::Disconnected);
+        }
+    }
+    lock(&shared.state).done.insert(seq, all);
+    shared.cond.notify_all();
+}
+
+/// Marks `rank` lost (once), raises the fault callback, and on the root tells the other ranks.
+fn lose(shared: &Shared, rank: u32, why: LostReason) {
+    {
+        let mut st = lock(&shared.state);
+        if st.departed[rank as usize] || st.aborted {
+            return;
+        }
+        let first = st.fault.is_none();
+        if first {
+            st.fault = Some((rank, why));
+        }
+        shared.cond.notify_all();
+        if !first {
+            return;
+        }
+    }
+    tracing::error!(
+        target: "symcomm::init",
+        "rank {}: {}; aborting this communicator",
+        shared.rank,
+        lost_error(rank, why)
+    );
+    (shared.on_fault)(rank);
+    if shared.rank == 0 {
+        let frame = wire::encode_peer_lost(rank, why);
+        for l in shared.links.iter().filter(|l| l.rank != rank) {
+            let _ = send(l, &frame);
+        }
+    }
+}
+
+/// The monitor thread: reads every link, answers nothing, sends heartbeats, detects losses.
+fn monitor(shared: &Shared, wake: &UnixStream) {
+    let hb = shared.timing.heartbeat;
+    let n = shared.links.len();
+    let mut last_seen = vec![Instant::now(); n];
+    let mut live = vec![true; n];
+    let mut next_beat = Instant::now() + hb;
+    let beat = wire::encode_empty(FrameType::Heartbeat);
+    let allowed: &[FrameType] = if shared.rank == 0 {
+        &[FrameType::Heartbeat, FrameType::Gather, FrameType::Goodbye]
+    } else {
+        &[
+            FrameType::Heartbeat,
+            FrameType::Gathered,
+            FrameType::PeerLost,
+            FrameType::Goodbye,
+        ]
+    };
+    loop {
+        let wait = next_beat.saturating_duration_since(Instant::now());
+        let ms = wait.as_millis().clamp(1, u128::from(u16::MAX)) as u16;
+        let watched: Vec<usize> = (0..n).filter(|&i| live[i]).collect();
+        let ready: Vec<bool> = {
+            let mut fds = vec![PollFd::new(wake.as_fd(), PollFlags::POLLIN)];
+            for &i in &watched {
+                fds.push(PollFd::new(
+                    shared.links[i].stream.as_fd(),
+                    PollFlags::POLLIN,
+                ));
+            }
+            match poll(&mut fds, PollTimeout::from(ms)) {
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(e) => {
+                    tracing::error!(target: "symcomm::init", "rank {}: polling the control links failed: {e}", shared.rank);
+                    return;
+                }
+            }
+            fds.iter()
+                .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
+                .collect()
+        };
+        if ready[0] {
+            let mut buf = [0u8; 16];
+            match (&*wake).read(&mut buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                _ => return,
+            }
+        }
+        for (k, &i) in watched.iter().enumerate() {
+            if !ready[k + 1] {
+                continue;
+            }
+            let link = &shared.links[i];
+            let frame = read_frame(
+                &link.stream,
+                Instant::now() + FRAME_TIMEOUT,
+                allowed,
+                shared.nranks,
+            );
+            last_seen[i] = Instant::now();
+            match frame {
+                Ok((FrameType::Gather, payload)) => match wire::decode_gather(&payload) {
+                    Ok((seq, c)) => {
+                        if let Some(all) = contribute(shared, seq, link.rank, c) {
+                            broadcast_gathered(shared, seq, all);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::error!(target: "symcomm::init", "rank {}: bad gather frame from rank {}: {e}", shared.rank, link.rank);
+                        live[i] = false;
+                        lose(shared, link.rank, LostReason::Disconnected);
+                    }
+                },
+                Ok((FrameType::Gathered, payload)) => {
+                    match wire::decode_gathered(&payload, shared.nranks) {
+                        Ok((seq, all)) => {
+                            lock(&shared.state).done.insert(seq, all);
+                            shared.cond.notify_all();
+                        }
+                        Err(e) => {
+                            tracing::error!(target: "symcomm::init", "rank {}: bad gathered frame from the root: {e}", shared.rank);
+                            live[i] = false;
+                            lose(shared, 0, LostReason::Disconnected);
+                        }
+                    }
+                }
+                Ok((FrameType::PeerLost, payload)) => {
+                    if let Ok((rank, why)) = wire::decode_peer_lost(&payload) {
+                        if rank < shared.nranks {
+                            lose(shared, rank, why);
+                        }
+                    }
+                }
+                Ok((FrameType::Goodbye, _)) => {
+                    live[i] = false;
+                    lock(&shared.state).departed[link.rank as usize] = true;
+                    shared.cond.notify_all();
+                    tracing::debug!(target: "symcomm::init", "rank {}: rank {} destroyed its communicator", shared.rank, link.rank);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(target: "symcomm::init", "rank {}: control link to rank {} failed: {e}", shared.rank, link.rank);
+                    live[i] = false;
+                    lose(shared, link.rank, LostReason::Disconnected);
+                }
+            }
+        }
+        let now = Instant::now();
+        if now >= next_beat {
+            next_beat = now + hb;
+            for (alive, link) in live.iter_mut().zip(&shared.links) {
+                if *alive && !send(link, &beat) {
+                    *alive = false;
+                    lose(shared, link.rank, LostReason::Disconnected);
+                }
+            }
+        }
+        for ((alive, seen), link) in live.iter_mut().zip(&last_seen).zip(&shared.links) {
+            if *alive && now.duration_since(*seen) > shared.timing.peer_timeout {
+                *alive = false;
+                lose(shared, link.rank, LostReason::HeartbeatMissed);
+            }
+        }
+    }
+}

@@ -1,0 +1,713 @@
+//! The communicator: one per rank. It owns the bootstrap links (kept alive as the control
+//! plane: heartbeats, peer-loss detection, small host-side all-gathers), the backend (a GPU or
+//! the emulator), the device-visible abort flag and error record, the signal area the device
+//! API uses, and the connections to the other ranks of its host over which window memory
+//! handles travel.
+//!
+//! ```no_run
+//! use symcomm::{Communicator, Device, UniqueId};
+//! # fn main() -> symcomm::Result<()> {
+//! // Rank 0 creates the id and hands its string form to the others (or use `from_env`).
+//! let id = UniqueId::new()?;
+//! let comm = Communicator::init(&id, 0, 1, Device::Emu)?;
+//! let window = comm.alloc_window::<f32>(1024)?;
+//! window.write(0, &[1.0; 1024])?;
+//! let dev_comm = comm.device_handle()?;       // kernel argument: DevComm
+//! let win = window.device_handle();           // kernel argument: WindowHandle<float>
+//! # let _ = (dev_comm, win);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Collective calls
+//! `init`, `alloc_window` and `barrier` are collective: every rank calls them, in the same
+//! order. Mismatched calls (different sizes, a different call) return [`Error::Mismatch`] on
+//! every rank; a rank that never calls makes the others return [`Error::HostTimeout`] after the
+//! init timeout. A bad argument on one rank makes every rank return an error (the bad rank its
+//! own, the others [`Error::PeerFailed`]) and the communicator stays usable.
+//!
+//! # Faults
+//! When a rank dies (its control connection closes without a goodbye — `kill -9` included) or
+//! stops sending heartbeats for `SYMCOMM_PEER_TIMEOUT`, every other rank raises its abort flag:
+//! kernels waiting in symcomm primitives return, and [`Communicator::check_error`] and every
+//! later call report [`Error::PeerLost`]. [`Communicator::abort`] does the same on purpose, from
+//! any thread. After a fault, destroy the communicator (drop it).
+
+mod control;
+mod fdpass;
+mod memory;
+mod window;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use symcomm_device::abi::{DevComm, ErrorRecord, SYMCOMM_ABI_VERSION, SYMCOMM_SIGNAL_SLOTS};
+
+use crate::backend::{Backend, cuda};
+use crate::bootstrap::{self, BootstrapConfig, LocalTeam, RankInfo, UniqueId};
+use crate::config::raw_value;
+use crate::{Error, Result};
+
+pub use window::{Window, WindowHandle};
+
+use control::{Control, ControlTiming};
+use fdpass::{Listener, LocalLinks};
+use memory::{ControlBlock, FlatMapping, Segment};
+
+/// Default deadline of every device-side wait (`SYMCOMM_TIMEOUT`).
+pub const DEFAULT_DEVICE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default interval between control-plane heartbeats (`SYMCOMM_HEARTBEAT`).
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
+/// Default silence after which a rank is declared lost (`SYMCOMM_PEER_TIMEOUT`).
+pub const DEFAULT_PEER_TIMEOUT: Duration = Duration::from_secs(15);
+
+// Tags of the host-side all-gathers (ranks must agree on them).
+const TAG_INIT: u32 = 0x100;
+const TAG_LINKS: u32 = 0x101;
+const TAG_LINKS_DONE: u32 = 0x102;
+const TAG_ALLOC: u32 = 0x200;
+const TAG_SEGMENT: u32 = 0x201;
+const TAG_MAPPED: u32 = 0x202;
+const TAG_BARRIER: u32 = 0x300;
+
+/// Where a communicator's kernels run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Device {
+    /// CUDA when a driver and at least one GPU are present (GPU `local rank % GPU count`),
+    /// else the emulator.
+    Auto,
+    /// CUDA GPU `ordinal`. Several ranks may share one GPU.
+    Cuda(usize),
+    /// A CUDA GPU chosen by local rank (`local rank % GPU count`); an error without a GPU.
+    CudaLocal,
+    /// The CPU emulator.
+    Emu,
+}
+
+impl Device {
+    /// `SYMCOMM_DEVICE`: `auto` (default), `emu`, `cuda` (= auto among GPUs: local rank modulo
+    /// the GPU count) or `cuda:<ordinal>`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for another value.
+    pub fn from_env() -> Result<Self> {
+        match raw_value("SYMCOMM_DEVICE") {
+            None => Ok(Device::Auto),
+            Some(v) => Device::parse(&v),
+        }
+    }
+
+    /// Parses `auto`, `emu`, `cuda` or `cuda:<ordinal>`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for another value.
+    pub fn parse(text: &str) -> Result<Self> {
+        let bad = || {
+            Error::InvalidArgument(format!(
+                "SYMCOMM_DEVICE={text}: expected auto, emu, cuda or cuda:<ordinal>"
+            ))
+        };
+        match text.trim() {
+            "auto" => Ok(Device::Auto),
+            "emu" => Ok(Device::Emu),
+            "cuda" => Ok(Device::CudaLocal),
+            t => t
+                .strip_prefix("cuda:")
+                .and_then(|o| o.parse().ok())
+                .map(Device::Cuda)
+                .ok_or_else(bad),
+        }
+    }
+
+    /// The backend for the rank with local index `local_rank`.
+    fn open(self, local_rank: u32) -> Result<Backend> {
+        let gpus = || -> Result<usize> { Ok(cuda::probe()?.devices.len()) };
+        match self {
+            Device::Emu => Ok(Backend::Emu),
+            Device::CudaLocal => {
+                let n = gpus()?;
+                if n == 0 {
+                    return Err(Error::InvalidArgument(
+                        "SYMCOMM_DEVICE=cuda but no GPU".into(),
+                    ));
+                }
+                Ok(Backend::Cuda(cuda::CudaDevice::open(
+                    local_rank as usize % n,
+                )?))
+            }
+            Device::Cuda(ordinal) => Ok(Backend::Cuda(cuda::CudaDevice::open(ordinal)?)),
+            Device::Auto => match gpus() {
+                Ok(n) if n > 0 => Ok(Backend::Cuda(cuda::CudaDevice::open(
+                    local_rank as usize % n,
+                )?)),
+                _ => Ok(Backend::Emu),
+            },
+        }
+    }
+}
+
+/// Timing of a communicator beyond the bootstrap's (whose init timeout also bounds host-side
+/// collective calls).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct CommOptions {
+    /// Deadline of every device-side wait (`DevComm::timeout_ns`; `SYMCOMM_TIMEOUT`).
+    pub device_timeout: Duration,
+    /// Interval between heartbeats on the control links (`SYMCOMM_HEARTBEAT`).
+    pub heartbeat: Duration,
+    /// Silence after which a rank is lost (`SYMCOMM_PEER_TIMEOUT`). A rank whose process dies is
+    /// detected at once (its connection closes); this bounds hangs and partitions.
+    pub peer_timeout: Duration,
+}
+
+impl Default for CommOptions {
+    fn default() -> Self {
+        CommOptions {
+            device_timeout: DEFAULT_DEVICE_TIMEOUT,
+            heartbeat: DEFAULT_HEARTBEAT,
+            peer_timeout: DEFAULT_PEER_TIMEOUT,
+        }
+    }
+}
+
+impl CommOptions {
+    /// Defaults overridden by `SYMCOMM_TIMEOUT`, `SYMCOMM_HEARTBEAT`, `SYMCOMM_PEER_TIMEOUT`
+    /// (`30`, `2.5s`, `500ms`, `2m`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a value that does not parse, or a peer timeout not above
+    /// the heartbeat interval.
+    pub fn from_env() -> Result<Self> {
+        let mut o = CommOptions::default();
+        let get = |name: &str, into: &mut Duration| -> Result<()> {
+            if let Some(v) = raw_value(name) {
+                *into = bootstrap::parse_timeout(&v)
+                    .map_err(|why| Error::InvalidArgument(format!("{name}={v}: {why}")))?;
+            }
+            Ok(())
+        };
+        get("SYMCOMM_TIMEOUT", &mut o.device_timeout)?;
+        get("SYMCOMM_HEARTBEAT", &mut o.heartbeat)?;
+        get("SYMCOMM_PEER_TIMEOUT", &mut o.peer_timeout)?;
+        o.validate()?;
+        Ok(o)
+    }
+
+    /// Sets the device-side wait deadline.
+    pub fn with_device_timeout(mut self, t: Duration) -> Self {
+        self.device_timeout = t;
+        self
+    }
+
+    /// Sets the heartbeat interval and the peer timeout.
+    pub fn with_liveness(mut self, heartbeat: Duration, peer_timeout: Duration) -> Self {
+        self.heartbeat = heartbeat;
+        self.peer_timeout = peer_timeout;
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.heartbeat.is_zero() || self.peer_timeout <= self.heartbeat {
+            return Err(Error::InvalidArgument(format!(
+                "the peer timeout ({:?}) must exceed the heartbeat interval ({:?}), which must \
+                 not be zero",
+                self.peer_timeout, self.heartbeat
+            )));
+        }
+        if self.device_timeout.is_zero() {
+            return Err(Error::InvalidArgument(
+                "the device timeout must not be zero".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One rank's communicator; see the module docs.
+///
+/// `Send + Sync`: host calls may come from any thread; collective calls are serialized
+/// internally and must be made in the same order on every rank. Dropping it says goodbye to
+/// the other ranks (who do not treat that as a fault) and frees everything it holds; its
+/// windows borrow it, so they go first. Kernels that use its handles must have finished.
+pub struct Communicator {
+    rank: u32,
+    nranks: u32,
+    backend: Backend,
+    table: Vec<RankInfo>,
+    local: LocalTeam,
+    options: CommOptions,
+    op_timeout: Duration,
+    signals: Option<FlatMapping>,
+    links: Option<LocalLinks>,
+    exchange_seq: Mutex<u64>,
+    control: Control,
+    block: Arc<ControlBlock>,
+}
+
+impl std::fmt::Debug for Communicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Communicator")
+            .field("rank", &self.rank)
+            .field("nranks", &self.nranks)
+            .field("backend", &self.backend.name())
+            .field("local_team", &self.local.ranks())
+            .finish_non_exhaustive()
+    }
+}
+
+/// `[1]` for success, `[0, message...]` for a failure (message cut to fit a gather).
+fn encode_status<T>(r: &Result<T>) -> Vec<u8> {
+    match r {
+        Ok(_) => vec![1],
+        Err(e) => {
+            let msg = e.to_string();
+            let mut end = msg.len().min(900);
+            while !msg.is_char_boundary(end) {
+                end -= 1;
+            }
+            let mut v = vec![0];
+            v.extend_from_slice(&msg.as_bytes()[..end]);
+            v
+        }
+    }
+}
+
+impl Communicator {
+    /// Joins communicator `id` as `rank` of `nranks` on `device`. Collective: every rank calls
+    /// it concurrently (threads or processes). Settings not given here come from the
+    /// environment: `SYMCOMM_INIT_TIMEOUT`, `SYMCOMM_HOST_ID`, `SYMCOMM_SOCKET_IFNAME`,
+    /// `SYMCOMM_TIMEOUT`, `SYMCOMM_HEARTBEAT`, `SYMCOMM_PEER_TIMEOUT`.
+    ///
+    /// # Errors
+    /// The bootstrap's ([`crate::bootstrap::init`]: [`Error::AuthFailed`],
+    /// [`Error::InitTimeout`] naming the missing ranks, ...), [`Error::NoDriver`] /
+    /// [`Error::Cuda`] for a CUDA device, [`Error::PeerFailed`] when another rank failed its
+    /// part of init.
+    pub fn init(id: &UniqueId, rank: u32, nranks: u32, device: Device) -> Result<Self> {
+        let mut config = BootstrapConfig::new(id.clone(), rank, nranks);
+        config.apply_overrides(&|name: &str| raw_value(name))?;
+        Self::init_with(&config, device, &CommOptions::from_env()?)
+    }
+
+    /// Joins the communicator the launcher describes: [`BootstrapConfig::from_env`] (torchrun,
+    /// `symcomm launch`, Open MPI, MPICH, Slurm variables, `SYMCOMM_ID` / `SYMCOMM_SECRET`),
+    /// [`Device::from_env`] (`SYMCOMM_DEVICE`) and [`CommOptions::from_env`].
+    ///
+    /// # Errors
+    /// As [`Self::init`], and [`Error::InvalidArgument`] for missing or malformed variables.
+    pub fn from_env() -> Result<Self> {
+        let config = BootstrapConfig::from_env()?;
+        Self::init_with(&config, Device::from_env()?, &CommOptions::from_env()?)
+    }
+
+    /// Joins the communicator described by `config` on `device` with `options`.
+    ///
+    /// # Errors
+    /// As [`Self::init`].
+    pub fn init_with(
+        config: &BootstrapConfig,
+        device: Device,
+        options: &CommOptions,
+    ) -> Result<Self> {
+        options.validate()?;
+        let start = Instant::now();
+        let boot = bootstrap::init_with(config)?;
+        let rank = boot.rank();
+        let nranks = boot.nranks();
+        let table = boot.table().to_vec();
+        let local = boot.local_team().clone();
+        let timing = ControlTiming {
+            heartbeat: options.heartbeat,
+            peer_timeout: options.peer_timeout,
+            op_timeout: config.timeout,
+        };
+        // The backend opens after the rendezvous (Auto needs the local rank); its result is
+        // agreed on below, so a rank that cannot open its GPU fails every rank's init.
+        let backend = device.open(local.index());
+        let block = match &backend {
+            Ok(b) => ControlBlock::new(b).map(Arc::new),
+            Err(_) => ControlBlock::new(&Backend::Emu).map(Arc::new),
+        }?;
+        let on_fault = {
+            let block = Arc::clone(&block);
+            Box::new(move |_lost: u32| block.raise_abort())
+        };
+        let control = Control::start(rank, nranks, boot.into_link(), timing, on_fault)?;
+        let backend_name = backend.as_ref().map(Backend::name).unwrap_or_default();
+        let (backend, status) = match backend {
+            Ok(b) => (b, Ok(())),
+            Err(e) => (Backend::Emu, Err(e)),
+        };
+        let mut comm = Communicator {
+            rank,
+            nranks,
+            backend,
+            table,
+            local,
+            options: options.clone(),
+            op_timeout: config.timeout,
+            signals: None,
+            links: None,
+            exchange_seq: Mutex::new(0),
+            control,
+            block,
+        };
+        comm.agree(TAG_INIT, "opening the device", status)?;
+        if comm.spans_one_host() {
+            comm.connect_local_team()?;
+            let slots = u64::from(nranks) * u64::from(SYMCOMM_SIGNAL_SLOTS) * 8;
+            comm.signals = Some(comm.alloc_flat(slots, 8, "signal area")?);
+        }
+        tracing::info!(
+            target: "symcomm::init",
+            "rank {rank}/{nranks}: communicator ready on {backend_name} in {:.1} ms (local team {:?})",
+            start.elapsed().as_secs_f64() * 1e3,
+            comm.local.ranks()
+        );
+        Ok(comm)
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// Number of ranks.
+    pub fn nranks(&self) -> u32 {
+        self.nranks
+    }
+
+    /// The backend this rank's kernels run on.
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    /// The ranks on this rank's host.
+    pub fn local_team(&self) -> &LocalTeam {
+        &self.local
+    }
+
+    /// Every rank's host identity, address and pid, indexed by rank.
+    pub fn table(&self) -> &[RankInfo] {
+        &self.table
+    }
+
+    /// The options this communicator runs with.
+    pub fn options(&self) -> &CommOptions {
+        &self.options
+    }
+
+    /// Whether every rank is on this host (windows and device handles need that until an
+    /// inter-node transport exists).
+    pub fn spans_one_host(&self) -> bool {
+        self.local.size() == self.nranks
+    }
+
+    /// The device handle of this communicator, for kernels (`symcomm::DevComm` in C++): rank,
+    /// signal area, abort flag, error record, wait deadline.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] when the ranks span several hosts.
+    pub fn device_handle(&self) -> Result<DevComm> {
+        let signals = self
+            .signals
+            .as_ref()
+            .ok_or_else(|| self.multi_host("device handles"))?;
+        Ok(DevComm {
+            abi_version: SYMCOMM_ABI_VERSION,
+            rank: self.rank,
+            nranks: self.nranks,
+            signal_slots: SYMCOMM_SIGNAL_SLOTS,
+            signal_base: signals.base(),
+            signal_stride: signals.stride(),
+            abort_flag: self.block.abort_flag_addr(),
+            error: self.block.error_addr(),
+            timeout_ns: u64::try_from(self.options.device_timeout.as_nanos()).unwrap_or(u64::MAX),
+        })
+    }
+
+    /// Allocates a symmetric window of `count` elements of `T` on every rank. Collective; every
+    /// rank passes the same `count` (and `T`'s size). The memory is zeroed.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for `count` 0 or a size that overflows (on the bad rank; the
+    /// others get [`Error::PeerFailed`]); [`Error::Mismatch`] on every rank when sizes differ;
+    /// [`Error::Unsupported`] across hosts; backend errors (out of memory). After any of these
+    /// the communicator stays usable.
+    pub fn alloc_window<T: cuda::DevicePlain>(&self, count: usize) -> Result<Window<'_, T>> {
+        let elem = size_of::<T>() as u64;
+        let bytes = (count as u64).checked_mul(elem);
+        let mapping = match bytes {
+            Some(b) if b > 0 => self.alloc_flat(b, elem as u32, std::any::type_name::<T>()),
+            _ => {
+                let err = Error::InvalidArgument(format!(
+                    "a window needs at least one element and fewer than 2^64 bytes (count {count} of {} bytes)",
+                    size_of::<T>()
+                ));
+                self.alloc_flat_failed(err)
+            }
+        }?;
+        Ok(Window::new(self, mapping, count))
+    }
+
+    /// A host-side barrier over the control plane (not stream-ordered). Collective.
+    ///
+    /// # Errors
+    /// [`Error::PeerLost`], [`Error::HostTimeout`], [`Error::Mismatch`] (another rank made a
+    /// different collective call).
+    pub fn barrier(&self) -> Result<()> {
+        self.control.barrier(TAG_BARRIER, "barrier")
+    }
+
+    /// Aborts this communicator from any thread, returning at once: raises the abort flag (this
+    /// rank's kernels waiting in symcomm primitives return `Aborted`) and closes the control
+    /// links, so every other rank sees this rank lost ([`Error::PeerLost`]) and aborts too.
+    /// Later calls return [`Error::Aborted`]. Drop the communicator afterwards.
+    pub fn abort(&self) {
+        tracing::warn!(target: "symcomm::init", "rank {}: communicator aborted", self.rank);
+        self.block.raise_abort();
+        self.control.abort();
+    }
+
+    /// Reports an asynchronous error: a lost rank ([`Error::PeerLost`]), an error a kernel
+    /// recorded ([`Error::Timeout`], [`Error::Aborted`], [`Error::Mismatch`],
+    /// [`Error::InvalidArgument`] with rank, peer and operation), or a local [`Self::abort`].
+    /// Errors are sticky: once one is reported, the communicator should be destroyed. Cheap;
+    /// never blocks. Kernels record their error before they finish, so call it after
+    /// synchronizing the stream for a complete answer.
+    ///
+    /// # Errors
+    /// As described.
+    pub fn check_error(&self) -> Result<()> {
+        if let Some(e) = self.control.fault() {
+            return Err(e);
+        }
+        if let Some(rec) = self.block.error() {
+            return Err(error_from_record(&rec));
+        }
+        if self.block.abort_raised() {
+            return Err(control::aborted_error(self.rank));
+        }
+        Ok(())
+    }
+
+    fn multi_host(&self, what: &str) -> Error {
+        Error::Unsupported(format!(
+            "{what} need every rank on one host; rank {}'s host has ranks {:?} of {} (no \
+             inter-node transport yet)",
+            self.rank,
+            self.local.ranks(),
+            self.nranks
+        ))
+    }
+
+    /// All ranks report the outcome of a step; every rank fails if any did (this rank with its
+    /// own error, the others with [`Error::PeerFailed`]).
+    fn agree<T>(&self, tag: u32, what: &str, mine: Result<T>) -> Result<T> {
+        let all = self.control.all_gather(tag, what, &encode_status(&mine));
+        let value = mine?;
+        for (r, s) in all?.iter().enumerate() {
+            if s.first() != Some(&1) {
+                let msg = String::from_utf8_lossy(s.get(1..).unwrap_or_default());
+                return Err(Error::PeerFailed {
+                    rank: r as u32,
+                    what: what.to_owned(),
+                    message: msg.into_owned(),
+                });
+            }
+        }
+        Ok(value)
+    }
+
+    /// Connects the local team's fd-passing sockets (leader listens, the others connect).
+    fn connect_local_team(&mut self) -> Result<()> {
+        let team = self.local.ranks().to_vec();
+        if team.len() > fdpass::MAX_LOCAL {
+            return Err(Error::Unsupported(format!(
+                "{} ranks on one host (at most {})",
+                team.len(),
+                fdpass::MAX_LOCAL
+            )));
+        }
+        if team.len() == 1 {
+            self.links = Some(LocalLinks::Alone);
+            return Ok(());
+        }
+        let leader = team[0];
+        let listener = if self.rank == leader {
+            Some(Listener::open(team.len()))
+        } else {
+            None
+        };
+        let name = match &listener {
+            Some(Ok(l)) => l.name().to_vec(),
+            _ => Vec::new(),
+        };
+        let mut payload = vec![u8::from(!matches!(listener, Some(Err(_))))];
+        payload.extend_from_slice(&name);
+        let all = self
+            .control
+            .all_gather(TAG_LINKS, "connecting the local team", &payload)?;
+        let theirs = &all[leader as usize];
+        if theirs.first() != Some(&1) {
+            return Err(Error::PeerFailed {
+                rank: leader,
+                what: "opening the local socket".into(),
+                message: "see that rank's error".into(),
+            });
+        }
+        let deadline = Instant::now() + self.op_timeout;
+        let links = match listener {
+            Some(l) => LocalLinks::accept(l?, &team, &self.table, deadline),
+            None => LocalLinks::connect(
+                &theirs[1..],
+                self.rank,
+                &self.table[leader as usize],
+                deadline,
+            ),
+        };
+        self.links = Some(self.agree(TAG_LINKS_DONE, "connecting the local team", links)?);
+        Ok(())
+    }
+
+    /// A failed allocation request still takes part in the agreement, so peers do not wait.
+    fn alloc_flat_failed(&self, err: Error) -> Result<FlatMapping> {
+        let mut data = vec![0u8];
+        data.extend_from_slice(&[0; 12]);
+        let _ = self.control.all_gather(TAG_ALLOC, "alloc_window", &data);
+        Err(err)
+    }
+
+    /// The collective allocation behind windows and the signal area: agree on the size, create
+    /// this rank's copy, exchange handles within the host, map every copy.
+    fn alloc_flat(&self, bytes: u64, elem: u32, label: &str) -> Result<FlatMapping> {
+        let links = match (&self.links, self.spans_one_host()) {
+            (Some(l), true) => Ok(l),
+            _ => Err(self.multi_host("windows")),
+        };
+        let gran = links.and_then(|_| memory::granularity(&self.backend));
+        let mut request = vec![u8::from(gran.is_ok())];
+        request.extend_from_slice(&bytes.to_be_bytes());
+        request.extend_from_slice(&elem.to_be_bytes());
+        request.extend_from_slice(&gran.as_ref().copied().unwrap_or(0).to_be_bytes());
+        let all = self
+            .control
+            .all_gather(TAG_ALLOC, "alloc_window", &request)?;
+        let gran = gran?;
+        let links = self
+            .links
+            .as_ref()
+            .ok_or_else(|| self.multi_host("windows"))?;
+        let mut granularity = gran;
+        for (r, req) in all.iter().enumerate() {
+            let word = |at: usize| {
+                req.get(at..at + 8)
+                    .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                    .map(u64::from_be_bytes)
+            };
+            if req.first() != Some(&1) || req.len() < 21 {
+                return Err(Error::PeerFailed {
+                    rank: r as u32,
+                    what: "alloc_window".into(),
+                    message: "invalid request on that rank".into(),
+                });
+            }
+            let (their_bytes, their_elem) = (word(1).unwrap_or(0), req[9..13].to_vec());
+            if their_bytes != bytes || their_elem != elem.to_be_bytes() {
+                return Err(Error::Mismatch {
+                    rank: self.rank,
+                    peer: r as u32,
+                    what: format!(
+                        "alloc_window: rank {} asks for {bytes} bytes ({elem}-byte elements), rank {r} for {their_bytes} bytes ({}-byte elements)",
+                        self.rank,
+                        u32::from_be_bytes([
+                            their_elem[0],
+                            their_elem[1],
+                            their_elem[2],
+                            their_elem[3]
+                        ])
+                    ),
+                });
+            }
+            granularity = granularity.max(word(13).unwrap_or(1).max(1));
+        }
+        let stride = bytes.div_ceil(granularity) * granularity;
+        let segment = self.agree(
+            TAG_SEGMENT,
+            "allocating window memory",
+            Segment::create(&self.backend, stride, label),
+        )?;
+        let seq = {
+            let mut s = self
+                .exchange_seq
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            *s += 1;
+            *s
+        };
+        let deadline = Instant::now() + self.op_timeout;
+        let mapped = links.exchange(seq, segment.fd(), deadline).and_then(|fds| {
+            if fds.len() != self.local.size() as usize {
+                return Err(Error::InvalidArgument(format!(
+                    "received {} memory handles for {} local ranks",
+                    fds.len(),
+                    self.local.size()
+                )));
+            }
+            FlatMapping::map(&self.backend, stride, fds)
+        });
+        let mapping = self.agree(TAG_MAPPED, "mapping window memory", mapped)?;
+        if let Backend::Cuda(_) = self.backend {
+            // VMM memory is not zeroed by the driver.
+            mapping.zero(self.rank)?;
+            self.control.barrier(TAG_MAPPED, "zeroing window memory")?;
+        }
+        tracing::debug!(target: "symcomm::alloc", "rank {}: {label}: {bytes} bytes per rank, stride {stride}, base {:#x}", self.rank, mapping.base());
+        Ok(mapping)
+    }
+}
+
+/// Name of a `SYMCOMM_OP_*` code.
+fn op_name(op: u32) -> &'static str {
+    match op {
+        symcomm_device::abi::SYMCOMM_OP_SIGNAL_WAIT => "signal_wait",
+        symcomm_device::abi::SYMCOMM_OP_BARRIER => "barrier",
+        symcomm_device::abi::SYMCOMM_OP_COLLECTIVE => "collective",
+        _ => "device operation",
+    }
+}
+
+/// The error a kernel recorded.
+pub(crate) fn error_from_record(rec: &ErrorRecord) -> Error {
+    use symcomm_device::abi as a;
+    let op = op_name(rec.op);
+    match rec.status {
+        a::SYMCOMM_STATUS_TIMEOUT => Error::Timeout {
+            rank: rec.rank,
+            peer: rec.peer,
+            op,
+        },
+        a::SYMCOMM_STATUS_ABORTED => Error::Aborted {
+            rank: rec.rank,
+            peer: rec.peer,
+            op,
+        },
+        a::SYMCOMM_STATUS_MISMATCH => Error::Mismatch {
+            rank: rec.rank,
+            peer: rec.peer,
+            what: format!(
+                "{op}: the peer's call fingerprint differs (detail {:#x})",
+                rec.detail
+            ),
+        },
+        a::SYMCOMM_STATUS_ABI_MISMATCH => Error::Unsupported(format!(
+            "rank {}: a kernel was built against another symcomm ABI version (host has {SYMCOMM_ABI_VERSION})",
+            rec.rank
+        )),
+        s => Error::InvalidArgument(format!(
+            "rank {}: a device-side precondition of {op} failed (status {s}, detail {:#x})",
+            rec.rank, rec.detail
+        )),
+    }
+}

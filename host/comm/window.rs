@@ -1,0 +1,187 @@
+//! Symmetric windows: the same number of elements on every rank, every rank's copy addressable
+//! by every rank's kernels.
+
+use std::marker::PhantomData;
+
+use symcomm_device::abi::WindowHandleRaw;
+
+use super::Communicator;
+use super::memory::FlatMapping;
+use crate::backend::cuda::DevicePlain;
+use crate::{Error, Result};
+
+/// A symmetric window of `len()` elements of `T` per rank, allocated by
+/// [`Communicator::alloc_window`]. Borrows its communicator, so it cannot outlive it.
+///
+/// Dropping it unmaps this rank's view of every copy. That is not collective and is safe for
+/// the peers: each rank's mappings keep the memory alive until that rank drops its own window.
+/// Kernels using the window on this rank must have finished.
+pub struct Window<'c, T> {
+    comm: &'c Communicator,
+    mapping: FlatMapping,
+    count: usize,
+    _elem: PhantomData<fn() -> T>,
+}
+
+impl<T> std::fmt::Debug for Window<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Window")
+            .field("rank", &self.comm.rank())
+            .field("len", &self.count)
+            .field("elem", &std::any::type_name::<T>())
+            .field("base", &format_args!("{:#x}", self.mapping.base()))
+            .field("stride", &self.mapping.stride())
+            .finish()
+    }
+}
+
+/// The device handle of a window of `T` (`symcomm::WindowHandle<T>` in C++): the raw handle
+/// with its element type. Pass it to kernels by value.
+#[repr(transparent)]
+pub struct WindowHandle<T> {
+    raw: WindowHandleRaw,
+    _elem: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for WindowHandle<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for WindowHandle<T> {}
+
+impl<T> std::fmt::Debug for WindowHandle<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("WindowHandle").field(&self.raw).finish()
+    }
+}
+
+impl<T> WindowHandle<T> {
+    /// The untyped handle (`WindowHandleRaw`), as the built-in kernels take it.
+    pub fn raw(&self) -> WindowHandleRaw {
+        self.raw
+    }
+}
+
+impl<'c, T: DevicePlain> Window<'c, T> {
+    pub(super) fn new(comm: &'c Communicator, mapping: FlatMapping, count: usize) -> Self {
+        Window {
+            comm,
+            mapping,
+            count,
+            _elem: PhantomData,
+        }
+    }
+
+    /// Elements per rank.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether the window has no elements (never: allocation refuses that).
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Bytes per rank.
+    pub fn bytes(&self) -> u64 {
+        (self.count * size_of::<T>()) as u64
+    }
+
+    /// The communicator this window belongs to.
+    pub fn communicator(&self) -> &'c Communicator {
+        self.comm
+    }
+
+    /// The device handle for kernels: rank r's copy at `base + r * stride`.
+    pub fn device_handle(&self) -> WindowHandle<T> {
+        WindowHandle {
+            raw: WindowHandleRaw {
+                base: self.mapping.base(),
+                stride: self.mapping.stride(),
+                bytes: self.bytes(),
+                rank: self.comm.rank(),
+                nranks: self.comm.nranks(),
+            },
+            _elem: PhantomData,
+        }
+    }
+
+    fn check_range(&self, rank: u32, offset: usize, len: usize) -> Result<u64> {
+        if rank >= self.comm.nranks() {
+            return Err(Error::InvalidArgument(format!(
+                "rank {rank} of a window of {} ranks",
+                self.comm.nranks()
+            )));
+        }
+        match offset.checked_add(len) {
+            Some(end) if end <= self.count => Ok((offset * size_of::<T>()) as u64),
+            _ => Err(Error::InvalidArgument(format!(
+                "elements {offset}..{offset}+{len} are outside a window of {} elements",
+                self.count
+            ))),
+        }
+    }
+
+    /// Copies `data` into this rank's copy from element `offset`. Synchronous; no kernel may
+    /// be using that range.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] out of bounds; [`Error::Cuda`].
+    pub fn write(&self, offset: usize, data: &[T]) -> Result<()> {
+        self.write_rank(self.comm.rank(), offset, data)
+    }
+
+    /// Copies `data` into rank `rank`'s copy (a peer's, through the flat mapping) from element
+    /// `offset`. Synchronous; no kernel may be using that range.
+    ///
+    /// # Errors
+    /// As [`Self::write`].
+    pub fn write_rank(&self, rank: u32, offset: usize, data: &[T]) -> Result<()> {
+        let at = self.check_range(rank, offset, data.len())?;
+        // SAFETY: `T: DevicePlain` has no padding, so its bytes are initialized.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data))
+        };
+        self.mapping.write(rank, at, bytes)
+    }
+
+    /// Copies this rank's copy from element `offset` into `out`. Synchronous.
+    ///
+    /// # Errors
+    /// As [`Self::write`].
+    pub fn read(&self, offset: usize, out: &mut [T]) -> Result<()> {
+        self.read_rank(self.comm.rank(), offset, out)
+    }
+
+    /// Copies rank `rank`'s copy from element `offset` into `out`. Synchronous.
+    ///
+    /// # Errors
+    /// As [`Self::write`].
+    pub fn read_rank(&self, rank: u32, offset: usize, out: &mut [T]) -> Result<()> {
+        let at = self.check_range(rank, offset, out.len())?;
+        // SAFETY: `T: DevicePlain` accepts every bit pattern, so any bytes written are a valid
+        // `T`.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(
+                out.as_mut_ptr().cast::<u8>(),
+                std::mem::size_of_val(out),
+            )
+        };
+        self.mapping.read(rank, at, bytes)
+    }
+
+    /// This rank's copy as a vector. Synchronous.
+    ///
+    /// # Errors
+    /// As [`Self::write`].
+    pub fn to_vec(&self) -> Result<Vec<T>>
+    where
+        T: Default + Clone,
+    {
+        let mut v = vec![T::default(); self.count];
+        self.read(0, &mut v)?;
+        Ok(v)
+    }
+}

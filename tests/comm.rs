@@ -1,0 +1,424 @@
+//! Communicators with ranks as threads of this process, on the emulator: init / windows /
+//! destroy for 1-8 ranks, the flat layout seen from every rank, built-in kernels running on
+//! windows, collective-call agreement (size mismatches, bad arguments), abort from another
+//! thread, simulated multi-host teams, and init failures (wrong secret, missing rank).
+//! Ranks as processes (kill -9, SIGSTOP, `symcomm launch`) are in `comm_procs.rs`; the
+//! init/destroy leak check is in `comm_leaks.rs`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::ffi::c_void;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Barrier;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use symcomm::abi::*;
+use symcomm::bootstrap::BootstrapConfig;
+use symcomm::{CommOptions, Communicator, DEVICE_IMAGE, Device, Error, Result, UniqueId, Window};
+
+const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+fn config(id: &UniqueId, rank: u32, nranks: u32, timeout: Duration) -> BootstrapConfig {
+    BootstrapConfig::new(id.clone(), rank, nranks)
+        .with_timeout(timeout)
+        .with_host_id("test-host")
+}
+
+fn options() -> CommOptions {
+    CommOptions::default().with_device_timeout(Duration::from_secs(30))
+}
+
+/// Runs `body(comm)` on `nranks` ranks as threads of one communicator; returns each rank's
+/// result in rank order.
+fn with_ranks<T: Send>(nranks: u32, body: impl Fn(&Communicator) -> T + Sync) -> Vec<T> {
+    let id = UniqueId::new_on(LOOPBACK).unwrap();
+    thread::scope(|s| {
+        let handles: Vec<_> = (0..nranks)
+            .map(|r| {
+                let (id, body) = (&id, &body);
+                s.spawn(move || {
+                    let c = config(id, r, nranks, Duration::from_secs(20));
+                    let comm = Communicator::init_with(&c, Device::Emu, &options())
+                        .unwrap_or_else(|e| panic!("rank {r}: init: {e}"));
+                    body(&comm)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// One-shot all-reduce (sum, f32) of `count` elements from `src` into `dst` with the built-in
+/// kernel, blocking; then the communicator's error state.
+fn all_reduce(comm: &Communicator, src: &Window<f32>, dst: &Window<f32>, count: u64) -> Result<()> {
+    let mut dev = comm.device_handle()?;
+    let mut args = CollArgs {
+        kind: SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT,
+        dtype: SYMCOMM_DTYPE_F32,
+        redop: SYMCOMM_REDOP_SUM,
+        root: 0,
+        scope: SYMCOMM_SCOPE_GRID,
+        index: 0,
+        count,
+        src_offset: 0,
+        dst_offset: 0,
+        tile_stride: 0,
+        src: src.device_handle().raw(),
+        dst: dst.device_handle().raw(),
+    };
+    let mut ptrs = [
+        (&raw mut dev).cast::<c_void>(),
+        (&raw mut args).cast::<c_void>(),
+    ];
+    // SAFETY: the kernel takes (DevComm, CollArgs) by value; the windows and the communicator
+    // outlive this blocking launch.
+    unsafe {
+        symcomm::backend::emu::launch(
+            &DEVICE_IMAGE,
+            "symcomm_collective_f32",
+            [2, 1, 1],
+            [64, 1, 1],
+            &mut ptrs,
+        )
+    }?;
+    comm.check_error()
+}
+
+#[test]
+fn one_to_eight_ranks_init_allocate_and_see_each_others_copies() {
+    for nranks in [1u32, 2, 3, 5, 8] {
+        let t = Instant::now();
+        let handles = with_ranks(nranks, |comm| {
+            assert_eq!(comm.nranks(), nranks);
+            assert!(comm.spans_one_host());
+            let dev = comm.device_handle().unwrap();
+            assert_eq!((dev.rank, dev.nranks), (comm.rank(), nranks));
+            assert_ne!(dev.signal_base, 0);
+            assert!(dev.signal_stride >= u64::from(nranks) * u64::from(SYMCOMM_SIGNAL_SLOTS) * 8);
+            let count = 1000 + nranks as usize;
+            let w = comm.alloc_window::<u32>(count).unwrap();
+            assert_eq!(w.len(), count);
+            // Zeroed, then each rank writes its own pattern.
+            assert!(w.to_vec().unwrap().iter().all(|&v| v == 0));
+            let mine: Vec<u32> = (0..count as u32).map(|i| comm.rank() << 24 | i).collect();
+            w.write(0, &mine).unwrap();
+            comm.barrier().unwrap();
+            let mut wrong = 0;
+            for peer in 0..nranks {
+                let mut got = vec![0u32; count];
+                w.read_rank(peer, 0, &mut got).unwrap();
+                wrong += got
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, &v)| v != (peer << 24 | i as u32))
+                    .count();
+            }
+            assert_eq!(wrong, 0, "rank {}: #wrong {wrong}", comm.rank());
+            comm.barrier().unwrap();
+            // A peer writes into our copy through its own view.
+            let next = (comm.rank() + 1) % nranks;
+            w.write_rank(next, 7, &[0xdead_0000 | comm.rank()]).unwrap();
+            comm.barrier().unwrap();
+            let mut got = [0u32];
+            w.read(7, &mut got).unwrap();
+            let prev = (comm.rank() + nranks - 1) % nranks;
+            assert_eq!(got[0], 0xdead_0000 | prev);
+            comm.barrier().unwrap();
+            let h = w.device_handle().raw();
+            drop(w);
+            // A second window after freeing the first.
+            let w2 = comm.alloc_window::<u8>(3).unwrap();
+            assert_eq!(w2.device_handle().raw().bytes, 3);
+            (h, dev)
+        });
+        for (r, (h, dev)) in handles.iter().enumerate() {
+            assert_eq!(
+                (h.rank, h.nranks, h.bytes),
+                (r as u32, nranks, (1000 + nranks as u64) * 4)
+            );
+            assert_eq!(h.stride, handles[0].0.stride, "strides agree");
+            assert_eq!(dev.signal_stride, handles[0].1.signal_stride);
+            assert_eq!(h.stride % 4096, 0);
+        }
+        eprintln!("{nranks} ranks: {:?}", t.elapsed());
+    }
+}
+
+#[test]
+fn built_in_all_reduce_runs_on_communicator_windows() {
+    for nranks in [2u32, 3, 4] {
+        let count = 1031usize;
+        let results = with_ranks(nranks, |comm| {
+            let src = comm.alloc_window::<f32>(count).unwrap();
+            let dst = comm.alloc_window::<f32>(count).unwrap();
+            let input: Vec<f32> = (0..count)
+                .map(|i| (comm.rank() * 1000 + i as u32 % 97) as f32)
+                .collect();
+            src.write(0, &input).unwrap();
+            comm.barrier().unwrap();
+            // Twice: the barrier epochs continue in the communicator's signal area.
+            for _ in 0..2 {
+                all_reduce(comm, &src, &dst, count as u64).unwrap();
+            }
+            let got = dst.to_vec().unwrap();
+            (0..count)
+                .filter(|&i| {
+                    let want: u32 = (0..nranks).map(|r| r * 1000 + i as u32 % 97).sum();
+                    got[i].to_bits() != (want as f32).to_bits()
+                })
+                .count()
+        });
+        assert_eq!(
+            results,
+            vec![0; nranks as usize],
+            "#wrong per rank, {nranks} ranks"
+        );
+    }
+}
+
+#[test]
+fn mismatched_window_sizes_fail_on_every_rank_and_the_communicator_stays_usable() {
+    let out = with_ranks(3, |comm| {
+        let count = if comm.rank() == 2 { 200 } else { 100 };
+        let e = comm.alloc_window::<f32>(count).unwrap_err();
+        // A different element size with the same byte count still mismatches.
+        let e2 = if comm.rank() == 1 {
+            comm.alloc_window::<u64>(50).unwrap_err()
+        } else {
+            comm.alloc_window::<u32>(100).unwrap_err()
+        };
+        let w = comm.alloc_window::<f32>(64).unwrap();
+        comm.barrier().unwrap();
+        (
+            e.to_string(),
+            matches!(e, Error::Mismatch { .. }),
+            matches!(e2, Error::Mismatch { .. }),
+            w.len(),
+        )
+    });
+    for (r, (msg, m1, m2, len)) in out.iter().enumerate() {
+        assert!(*m1 && *m2, "rank {r}: {msg}");
+        assert!(
+            msg.contains("800") && msg.contains("400"),
+            "rank {r}: {msg}"
+        );
+        assert_eq!(*len, 64);
+    }
+}
+
+#[test]
+fn a_bad_count_on_one_rank_fails_every_rank_and_the_next_call_passes() {
+    let out = with_ranks(3, |comm| {
+        let count = if comm.rank() == 1 { 0 } else { 16 };
+        let e = comm.alloc_window::<u16>(count).unwrap_err();
+        let huge = comm.alloc_window::<u64>(usize::MAX / 4).unwrap_err();
+        let w = comm.alloc_window::<u16>(16).unwrap();
+        (e, huge, w.len())
+    });
+    for (r, (e, huge, len)) in out.iter().enumerate() {
+        if r == 1 {
+            assert!(matches!(e, Error::InvalidArgument(_)), "rank 1: {e}");
+        } else {
+            assert!(
+                matches!(e, Error::PeerFailed { rank: 1, .. }),
+                "rank {r}: {e}"
+            );
+        }
+        assert!(
+            matches!(huge, Error::InvalidArgument(_)),
+            "rank {r}: {huge}"
+        );
+        assert_eq!(*len, 16);
+    }
+}
+
+#[test]
+fn window_reads_and_writes_out_of_bounds_are_refused() {
+    with_ranks(2, |comm| {
+        let w = comm.alloc_window::<u32>(10).unwrap();
+        assert!(matches!(
+            w.write(8, &[1, 2, 3]),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            w.read(usize::MAX, &mut [0]),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            w.read_rank(2, 0, &mut [0]),
+            Err(Error::InvalidArgument(_))
+        ));
+        w.write(7, &[1, 2, 3]).unwrap();
+    });
+}
+
+#[test]
+fn abort_from_another_thread_stops_a_waiting_kernel_and_peers_see_the_rank_lost() {
+    let id = UniqueId::new_on(LOOPBACK).unwrap();
+    let gate = Barrier::new(2);
+    thread::scope(|s| {
+        let r0 = s.spawn(|| {
+            let c = config(&id, 0, 2, Duration::from_secs(20));
+            let comm = Communicator::init_with(&c, Device::Emu, &options()).unwrap();
+            let a = comm.alloc_window::<f32>(256).unwrap();
+            let b = comm.alloc_window::<f32>(256).unwrap();
+            gate.wait();
+            let t = Instant::now();
+            let result = thread::scope(|inner| {
+                inner.spawn(|| {
+                    thread::sleep(Duration::from_millis(300));
+                    comm.abort();
+                });
+                // Rank 1 never launches: this waits until the abort.
+                all_reduce(&comm, &a, &b, 256)
+            });
+            let waited = t.elapsed();
+            let later = comm.alloc_window::<f32>(4).unwrap_err();
+            (result, waited, later)
+        });
+        let r1 = s.spawn(|| {
+            let c = config(&id, 1, 2, Duration::from_secs(20));
+            let comm = Communicator::init_with(&c, Device::Emu, &options()).unwrap();
+            let _a = comm.alloc_window::<f32>(256).unwrap();
+            let _b = comm.alloc_window::<f32>(256).unwrap();
+            gate.wait();
+            let t = Instant::now();
+            loop {
+                match comm.check_error() {
+                    Err(e) => return (e, t.elapsed()),
+                    Ok(()) if t.elapsed() > Duration::from_secs(10) => {
+                        panic!("rank 1 never saw rank 0 go")
+                    }
+                    Ok(()) => thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        });
+        let (result, waited, later) = r0.join().unwrap();
+        assert!(
+            matches!(result, Err(Error::Aborted { rank: 0, .. })),
+            "rank 0: {result:?}"
+        );
+        assert!(waited < Duration::from_secs(5), "abort took {waited:?}");
+        assert!(
+            matches!(later, Error::Aborted { .. }),
+            "after abort: {later}"
+        );
+        let (e, seen) = r1.join().unwrap();
+        assert!(matches!(e, Error::PeerLost { rank: 0, .. }), "rank 1: {e}");
+        assert!(
+            seen < Duration::from_secs(5),
+            "rank 1 noticed after {seen:?}"
+        );
+    });
+}
+
+#[test]
+fn destroying_one_rank_is_not_a_fault_for_the_others() {
+    let out = with_ranks(3, |comm| {
+        let _w = comm.alloc_window::<u8>(100).unwrap();
+        comm.barrier().unwrap();
+        if comm.rank() == 2 {
+            return Ok(());
+        }
+        // Rank 2 drops its communicator now; give its goodbye time to arrive.
+        thread::sleep(Duration::from_millis(300));
+        comm.check_error()
+    });
+    for (r, o) in out.iter().enumerate() {
+        assert!(o.is_ok(), "rank {r}: {o:?}");
+    }
+}
+
+#[test]
+fn ranks_on_different_hosts_bootstrap_but_windows_are_unsupported() {
+    let id = UniqueId::new_on(LOOPBACK).unwrap();
+    let out: Vec<_> = thread::scope(|s| {
+        let hs: Vec<_> = (0..4u32)
+            .map(|r| {
+                let id = &id;
+                s.spawn(move || {
+                    let c = config(id, r, 4, Duration::from_secs(20)).with_host_id(if r < 2 {
+                        "host-a"
+                    } else {
+                        "host-b"
+                    });
+                    let comm = Communicator::init_with(&c, Device::Emu, &options()).unwrap();
+                    let team = comm.local_team().ranks().to_vec();
+                    let dev = comm.device_handle().unwrap_err();
+                    let win = comm.alloc_window::<u8>(8).unwrap_err();
+                    comm.barrier().unwrap();
+                    (team, dev, win)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (r, (team, dev, win)) in out.iter().enumerate() {
+        assert_eq!(team, &if r < 2 { vec![0, 1] } else { vec![2, 3] });
+        assert!(matches!(dev, Error::Unsupported(_)), "{dev}");
+        assert!(matches!(win, Error::Unsupported(_)), "{win}");
+    }
+}
+
+#[test]
+fn a_wrong_secret_fails_fast_and_a_missing_rank_is_named() {
+    let id = UniqueId::new_on(LOOPBACK).unwrap();
+    let impostor = UniqueId::from_parts(id.addr(), [0x5a; 16]).unwrap();
+    let t = Instant::now();
+    let out: Vec<Result<Communicator>> = thread::scope(|s| {
+        let good = s.spawn(|| {
+            Communicator::init_with(
+                &config(&id, 0, 3, Duration::from_secs(2)),
+                Device::Emu,
+                &options(),
+            )
+        });
+        let bad = s.spawn(|| {
+            Communicator::init_with(
+                &config(&impostor, 1, 3, Duration::from_secs(2)),
+                Device::Emu,
+                &options(),
+            )
+        });
+        let good2 = s.spawn(|| {
+            Communicator::init_with(
+                &config(&id, 2, 3, Duration::from_secs(2)),
+                Device::Emu,
+                &options(),
+            )
+        });
+        vec![
+            good.join().unwrap(),
+            bad.join().unwrap(),
+            good2.join().unwrap(),
+        ]
+    });
+    let e1 = out[1].as_ref().unwrap_err();
+    assert!(matches!(e1, Error::AuthFailed(_)), "impostor: {e1}");
+    for r in [0, 2] {
+        match out[r].as_ref().unwrap_err() {
+            Error::InitTimeout { missing, .. } => assert_eq!(missing, &vec![1], "rank {r}"),
+            e => panic!("rank {r}: {e}"),
+        }
+    }
+    assert!(t.elapsed() < Duration::from_secs(6), "{:?}", t.elapsed());
+}
+
+#[test]
+fn device_and_option_strings_parse() {
+    assert_eq!(Device::parse("emu").unwrap(), Device::Emu);
+    assert_eq!(Device::parse("auto").unwrap(), Device::Auto);
+    assert_eq!(Device::parse("cuda:3").unwrap(), Device::Cuda(3));
+    assert!(Device::parse("gpu").is_err());
+    assert!(Device::parse("cuda:x").is_err());
+    let id = UniqueId::new_on(LOOPBACK).unwrap();
+    let bad = CommOptions::default().with_liveness(Duration::from_secs(2), Duration::from_secs(1));
+    let e = Communicator::init_with(
+        &config(&id, 0, 1, Duration::from_secs(1)),
+        Device::Emu,
+        &bad,
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+}
