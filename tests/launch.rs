@@ -1,9 +1,9 @@
-//! `symcomm launch` as a user runs it: the binary starts `/bin/sh -c '…'` ranks (or this test
-//! executable, for a real rendezvous). Covered: the rank environment and the shared
+//! `symcomm launch` as a user runs it: the binary starts `/bin/sh -c '…'` ranks. Covered: the rank environment and the shared
 //! `SYMCOMM_ID`, `[rank] ` prefixes on stdout and stderr (aligned, whole lines, partial last
 //! lines), `--no-prefix`, a failing rank stopping the others (their shells and the shells'
 //! children), the `--grace-ms` SIGKILL, a rank killed by a signal, SIGTERM forwarding, bad
-//! input, `--timeout`, and `BootstrapConfig::from_env` + `init_with` across launched ranks.
+//! input and `--timeout`. Launched ranks that rendezvous and share windows are in
+//! `comm_procs.rs`.
 //!
 //! Every wait is bounded; the file runs in a few seconds.
 
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use symcomm::bootstrap::{self, BootstrapConfig, UniqueId};
+use symcomm::bootstrap::UniqueId;
 
 const SYMCOMM: &str = env!("CARGO_BIN_EXE_symcomm");
 
@@ -399,50 +399,4 @@ fn the_timeout_stops_the_job_with_124() {
         "took {took:?}"
     );
     assert!(text(&out.stderr).contains("--timeout"), "{out:?}");
-}
-
-#[test]
-fn launched_ranks_rendezvous() {
-    let me = std::env::current_exe().unwrap();
-    let (out, _) = run(launch(&[
-        "-n",
-        "3",
-        "--",
-        me.to_str().unwrap(),
-        "--exact",
-        "rendezvous_child",
-        "--ignored",
-        "--nocapture",
-        "--test-threads",
-        "1",
-    ])
-    .env("SYMCOMM_INIT_TIMEOUT", "10"));
-    assert!(out.status.success(), "{out:?}");
-    let ranks = by_rank(&lines(&out.stdout));
-    for r in 0..3 {
-        let line = format!("rendezvous rank {r} of 3, local team [0, 1, 2]");
-        // libtest prints `test rendezvous_child ... ` before the line.
-        assert!(
-            ranks[&r].iter().any(|l| l.ends_with(&line)),
-            "rank {r}: {:?}",
-            ranks[&r]
-        );
-    }
-}
-
-/// The rank side of [`launched_ranks_rendezvous`]; does nothing outside `symcomm launch`.
-#[test]
-#[ignore = "run by launched_ranks_rendezvous under `symcomm launch`"]
-fn rendezvous_child() {
-    if std::env::var("SYMCOMM_LAUNCHER").as_deref() != Ok("symcomm") {
-        return;
-    }
-    let config = BootstrapConfig::from_env().unwrap();
-    let boot = bootstrap::init_with(&config).unwrap();
-    println!(
-        "rendezvous rank {} of {}, local team {:?}",
-        boot.rank(),
-        boot.nranks(),
-        boot.local_team().ranks()
-    );
 }
