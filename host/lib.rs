@@ -12,10 +12,12 @@ pub mod config;
 mod error;
 pub mod image;
 pub mod log;
+pub mod stream;
 
 pub use backend::cuda::DevicePlain;
 pub use bootstrap::UniqueId;
 pub use comm::{CommOptions, Communicator, Device, Window, WindowHandle};
 pub use error::{BootstrapErrorKind, Error, Result};
 pub use image::DEVICE_IMAGE;
+pub use stream::{Event, Kernel, KernelArg, KernelArgs, LaunchConfig, Stream};
 pub use symcomm_device::abi;

@@ -12,7 +12,8 @@
 //!   fallback when the build had no nvcc, or the fatbin has no code for the GPU).
 //! - Running kernels: [`CudaDevice`] (one GPU's primary context) loads [`CudaModule`]s, allocates
 //!   [`DeviceBuffer`]s and creates [`Stream`]s; [`Stream::launch`] takes `void**` arguments like
-//!   `cuLaunchKernel` (and like [`super::emu::launch`]).
+//!   `cuLaunchKernel` (and like [`super::emu::launch`]); [`Event`]s order streams. The
+//!   backend-independent `crate::stream::Stream` builds on these.
 //!
 //! Every CUDA failure becomes [`Error::Cuda`] with the call and the CUDA error name
 //! (`cuModuleLoadDataEx failed: CUDA_ERROR_INVALID_IMAGE`). The driver API is thread-safe; every
@@ -66,6 +67,12 @@ const DRIVER_SYMBOLS: &[&str] = &[
     "cuStreamDestroy_v2",
     "cuStreamSynchronize",
     "cuStreamQuery",
+    "cuStreamWaitEvent",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuEventSynchronize",
+    "cuEventQuery",
+    "cuEventDestroy_v2",
     "cuLaunchKernel",
 ];
 
@@ -834,7 +841,26 @@ impl CudaDevice {
         Ok(Stream {
             ctx: Arc::clone(&self.ctx),
             stream,
+            owned: true,
         })
+    }
+
+    /// Wraps an existing stream of this GPU's primary context — one made by another library
+    /// (cudarc's `CudaStream::cu_stream()`, PyTorch's `torch.cuda.Stream.cuda_stream`) — without
+    /// taking ownership: dropping the returned [`Stream`] leaves the stream alive. `handle` is
+    /// the `CUstream` as an integer; 0 is the legacy default stream.
+    ///
+    /// # Safety
+    /// `handle` is 0 or a live `CUstream` created in this GPU's primary context, and it stays
+    /// alive (not destroyed by its owner) for as long as the returned [`Stream`], and every
+    /// [`Event`] recorded on it, is in use.
+    pub unsafe fn wrap_stream(&self, handle: u64) -> Stream {
+        Stream {
+            ctx: Arc::clone(&self.ctx),
+            // A CUstream is an opaque driver handle, never dereferenced on the Rust side.
+            stream: ptr::with_exposed_provenance_mut(handle as usize),
+            owned: false,
+        }
     }
 }
 
@@ -960,12 +986,15 @@ impl CudaFunction<'_> {
     }
 }
 
-/// A CUDA stream of one GPU (`CU_STREAM_NON_BLOCKING`); destroyed on drop (work already queued
-/// still completes).
+/// A CUDA stream of one GPU: created by [`CudaDevice::create_stream`] (`CU_STREAM_NON_BLOCKING`,
+/// destroyed on drop; work already queued still completes), or an external stream wrapped by
+/// [`CudaDevice::wrap_stream`] (never destroyed here).
 #[derive(Debug)]
 pub struct Stream {
     ctx: Arc<Context>,
     stream: dsys::CUstream,
+    /// Whether this value created the stream and so destroys it on drop.
+    owned: bool,
 }
 
 // SAFETY: stream handles may be used from any thread (thread-safe driver API); the context is
@@ -1117,10 +1146,120 @@ impl Stream {
             r => Err(cuda_error("cuStreamQuery", r)),
         }
     }
+
+    /// The `CUstream` handle as an integer (0 for the legacy default stream), for passing to
+    /// other CUDA libraries. Valid while `self` lives (for a wrapped stream: while its owner
+    /// keeps it).
+    pub fn raw(&self) -> u64 {
+        self.stream.expose_provenance() as u64
+    }
+
+    /// Records an event (`cuEventCreate` without timing, then `cuEventRecord`) that completes when
+    /// all work enqueued on this stream so far has finished.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] (a sticky error of earlier work surfaces here).
+    pub fn record_event(&self) -> Result<Event> {
+        self.ctx.bind()?;
+        let mut event: dsys::CUevent = ptr::null_mut();
+        // SAFETY: the context is current; the out-pointer is a live local. Destroyed in
+        // `Event::drop`.
+        check("cuEventCreate", unsafe {
+            dsys::cuEventCreate(
+                &mut event,
+                dsys::CUevent_flags::CU_EVENT_DISABLE_TIMING as c_uint,
+            )
+        })?;
+        let event = Event {
+            ctx: Arc::clone(&self.ctx),
+            event,
+        };
+        // SAFETY: the context is current; the event and the stream are live handles of it.
+        check("cuEventRecord", unsafe {
+            dsys::cuEventRecord(event.event, self.stream)
+        })?;
+        Ok(event)
+    }
+
+    /// Makes work enqueued on this stream after this call wait until `event` has completed
+    /// (`cuStreamWaitEvent`); returns without blocking the host. `event` may come from another
+    /// stream or GPU, and may be dropped right after this returns.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`].
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: the context is current; the stream and the event are live handles; flags must
+        // be 0 (CU_EVENT_WAIT_DEFAULT).
+        check("cuStreamWaitEvent", unsafe {
+            dsys::cuStreamWaitEvent(self.stream, event.event, 0)
+        })
+    }
+}
+
+/// A CUDA event recorded on a [`Stream`] ([`Stream::record_event`]); destroyed on drop (the
+/// driver defers that until the recorded work completed).
+#[derive(Debug)]
+pub struct Event {
+    ctx: Arc<Context>,
+    event: dsys::CUevent,
+}
+
+// SAFETY: event handles may be used from any thread (thread-safe driver API); the context is made
+// current before each use.
+unsafe impl Send for Event {}
+// SAFETY: as for Send; `&self` methods only query or wait.
+unsafe impl Sync for Event {}
+
+impl Event {
+    /// Blocks until the work recorded by the event has finished (`cuEventSynchronize`).
+    ///
+    /// # Errors
+    /// [`Error::Cuda`]: a kernel fault of the recorded work.
+    pub fn synchronize(&self) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: the context is current and the event is live.
+        check("cuEventSynchronize", unsafe {
+            dsys::cuEventSynchronize(self.event)
+        })
+    }
+
+    /// Whether the recorded work has finished, without blocking (`cuEventQuery`).
+    ///
+    /// # Errors
+    /// [`Error::Cuda`]: a kernel fault, as for [`Self::synchronize`].
+    pub fn is_complete(&self) -> Result<bool> {
+        self.ctx.bind()?;
+        // SAFETY: the context is current and the event is live.
+        match unsafe { dsys::cuEventQuery(self.event) } {
+            dsys::CUresult::CUDA_SUCCESS => Ok(true),
+            dsys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            r => Err(cuda_error("cuEventQuery", r)),
+        }
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if let Err(e) = self.ctx.bind() {
+            tracing::warn!(target: "symcomm::cuda", error = %e, "event not destroyed");
+            return;
+        }
+        // SAFETY: the event was created in this context and is destroyed exactly once; the driver
+        // releases it once the recorded work completed.
+        let r = unsafe { dsys::cuEventDestroy_v2(self.event) };
+        if r != dsys::CUresult::CUDA_SUCCESS {
+            tracing::warn!(target: "symcomm::cuda", error = ?r, "cuEventDestroy failed");
+        }
+    }
 }
 
 impl Drop for Stream {
     fn drop(&mut self) {
+        if !self.owned {
+            // Wrapped external stream: its owner destroys it.
+            return;
+        }
         if let Err(e) = self.ctx.bind() {
             tracing::warn!(target: "symcomm::cuda", error = %e, "stream not destroyed");
             return;
