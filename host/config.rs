@@ -73,7 +73,31 @@ pub const TUNABLES: &[Tunable] = &[
     Tunable {
         name: "SYMCOMM_INIT_TIMEOUT",
         default: "30s",
-        help: "bootstrap deadline: seconds or 500ms / 10s / 2m",
+        help: "bootstrap deadline, also of host-side collective calls: 30 / 500ms / 2m",
+        secret: false,
+    },
+    Tunable {
+        name: "SYMCOMM_DEVICE",
+        default: "auto",
+        help: "from_env() device: auto (GPU if any, else emu), emu, cuda, cuda:<n>",
+        secret: false,
+    },
+    Tunable {
+        name: "SYMCOMM_TIMEOUT",
+        default: "60s",
+        help: "deadline of every device-side wait (signals, barriers, collectives)",
+        secret: false,
+    },
+    Tunable {
+        name: "SYMCOMM_HEARTBEAT",
+        default: "1s",
+        help: "interval of control-link heartbeats",
+        secret: false,
+    },
+    Tunable {
+        name: "SYMCOMM_PEER_TIMEOUT",
+        default: "15s",
+        help: "silence after which a rank is lost (a dead process is seen at once)",
         secret: false,
     },
     Tunable {

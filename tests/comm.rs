@@ -7,6 +7,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::ffi::c_void;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Barrier;
@@ -53,20 +56,8 @@ fn with_ranks<T: Send>(nranks: u32, body: impl Fn(&Communicator) -> T + Sync) ->
 /// kernel, blocking; then the communicator's error state.
 fn all_reduce(comm: &Communicator, src: &Window<f32>, dst: &Window<f32>, count: u64) -> Result<()> {
     let mut dev = comm.device_handle()?;
-    let mut args = CollArgs {
-        kind: SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT,
-        dtype: SYMCOMM_DTYPE_F32,
-        redop: SYMCOMM_REDOP_SUM,
-        root: 0,
-        scope: SYMCOMM_SCOPE_GRID,
-        index: 0,
-        count,
-        src_offset: 0,
-        dst_offset: 0,
-        tile_stride: 0,
-        src: src.device_handle().raw(),
-        dst: dst.device_handle().raw(),
-    };
+    let mut args =
+        support::one_shot_sum_f32(src.device_handle().raw(), dst.device_handle().raw(), count);
     let mut ptrs = [
         (&raw mut dev).cast::<c_void>(),
         (&raw mut args).cast::<c_void>(),

@@ -12,13 +12,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::ffi::c_void;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use symcomm::abi::*;
 use symcomm::{Communicator, DEVICE_IMAGE, Error, Window};
 
 const ROLE: &str = "SYMCOMM_TEST_ROLE";
@@ -71,20 +73,8 @@ fn all_reduce(
     count: u64,
 ) -> symcomm::Result<()> {
     let mut dev = comm.device_handle()?;
-    let mut args = CollArgs {
-        kind: SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT,
-        dtype: SYMCOMM_DTYPE_F32,
-        redop: SYMCOMM_REDOP_SUM,
-        root: 0,
-        scope: SYMCOMM_SCOPE_GRID,
-        index: 0,
-        count,
-        src_offset: 0,
-        dst_offset: 0,
-        tile_stride: 0,
-        src: src.device_handle().raw(),
-        dst: dst.device_handle().raw(),
-    };
+    let mut args =
+        support::one_shot_sum_f32(src.device_handle().raw(), dst.device_handle().raw(), count);
     let mut ptrs = [
         (&raw mut dev).cast::<c_void>(),
         (&raw mut args).cast::<c_void>(),

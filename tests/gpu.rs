@@ -45,6 +45,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::ffi::c_void;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -1965,6 +1968,10 @@ fn collective_checks_gpu(
 
 /// `full`: the GPU's matrix (counts up to 65537, 256 threads); else smaller counts and blocks.
 fn emu_checks(report: &mut Report, summary: &mut serde_json::Map<String, Value>, full: bool) {
+    comm_checks(report, symcomm::Device::Emu, 4099);
+    if comm_only() {
+        return;
+    }
     let cfg = if full {
         MatrixConfig {
             timeout: Duration::from_secs(60),
@@ -2038,8 +2045,119 @@ fn emu_checks(report: &mut Report, summary: &mut serde_json::Map<String, Value>,
 }
 
 // ---------------------------------------------------------------------------------------------
+// Communicators: ranks as threads, windows exchanged through the library (VMM + fds on CUDA,
+// memfd on the emulator), the built-in all-reduce launched through Stream / Kernel
+// ---------------------------------------------------------------------------------------------
+
+/// `nranks` communicator ranks as threads on `device`: windows of `count` f32, every rank's copy
+/// read back by every rank, then `iters` one-shot all-reduces through the library's Stream and
+/// Kernel, checked bit for bit.
+fn comm_windows_check(device: symcomm::Device, nranks: u32, count: usize, iters: u32) -> Outcome {
+    use symcomm::{CommOptions, Communicator, KernelArgs, LaunchConfig};
+    let id = symcomm::UniqueId::new_on("127.0.0.1".parse().map_err(err)?).map_err(err)?;
+    let value = |r: u32, i: usize| (r * 1000 + (i % 251) as u32) as f32;
+    let per_rank: Vec<Result<(usize, f64, u64), String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..nranks)
+            .map(|r| {
+                let id = &id;
+                s.spawn(move || -> Result<(usize, f64, u64), String> {
+                    let config = symcomm::bootstrap::BootstrapConfig::new(id.clone(), r, nranks)
+                        .with_timeout(Duration::from_secs(60))
+                        .with_host_id("gpu-check");
+                    let options = CommOptions::default().with_device_timeout(TIMEOUT);
+                    let comm = Communicator::init_with(&config, device, &options).map_err(err)?;
+                    let src = comm.alloc_window::<f32>(count).map_err(err)?;
+                    let dst = comm.alloc_window::<f32>(count).map_err(err)?;
+                    let mine: Vec<f32> = (0..count).map(|i| value(r, i)).collect();
+                    src.write(0, &mine).map_err(err)?;
+                    comm.barrier().map_err(err)?;
+                    let mut wrong = 0;
+                    let mut got = vec![0f32; count];
+                    for peer in 0..nranks {
+                        src.read_rank(peer, 0, &mut got).map_err(err)?;
+                        wrong += (0..count)
+                            .filter(|&i| got[i].to_bits() != value(peer, i).to_bits())
+                            .count();
+                    }
+                    let stream = comm.create_stream().map_err(err)?;
+                    let kernel = comm
+                        .load_kernel(&DEVICE_IMAGE, "symcomm_collective_f32")
+                        .map_err(err)?;
+                    let args = support::one_shot_sum_f32(
+                        src.device_handle().raw(),
+                        dst.device_handle().raw(),
+                        count as u64,
+                    );
+                    let kargs = KernelArgs::new()
+                        .arg(&comm.device_handle().map_err(err)?)
+                        .arg(&args);
+                    let t = Instant::now();
+                    for _ in 0..iters {
+                        // SAFETY: (DevComm, CollArgs) by value, as the kernel takes them; the
+                        // windows outlive the launches (synchronized below).
+                        unsafe { stream.launch(&kernel, LaunchConfig::linear(8, 256), &kargs) }
+                            .map_err(err)?;
+                    }
+                    stream.synchronize().map_err(err)?;
+                    let per_launch_us = t.elapsed().as_secs_f64() * 1e6 / f64::from(iters);
+                    comm.check_error().map_err(err)?;
+                    dst.read(0, &mut got).map_err(err)?;
+                    wrong += (0..count)
+                        .filter(|&i| {
+                            let want: f32 = (0..nranks).map(|p| value(p, i)).sum();
+                            got[i].to_bits() != want.to_bits()
+                        })
+                        .count();
+                    Ok((wrong, per_launch_us, src.device_handle().raw().stride))
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("rank thread panicked".into()))
+            })
+            .collect()
+    });
+    let mut wrong = 0;
+    let mut worst_us = 0f64;
+    let mut stride = 0;
+    for (r, res) in per_rank.into_iter().enumerate() {
+        let (w, us, st) = res.map_err(|e| format!("rank {r}: {e}"))?;
+        wrong += w;
+        worst_us = worst_us.max(us);
+        stride = st;
+    }
+    let detail = format!(
+        "{nranks} ranks as threads: windows of {count} f32 (stride {stride} B) exchanged, {iters} all-reduces, #wrong {wrong}, {worst_us:.1} us/launch (slowest rank)"
+    );
+    if wrong == 0 {
+        Ok((
+            detail,
+            json!({"nranks": nranks, "count": count, "us_per_launch": worst_us, "stride": stride}),
+        ))
+    } else {
+        Err(detail)
+    }
+}
+
+fn comm_checks(report: &mut Report, device: symcomm::Device, count: usize) {
+    for n in [2u32, 4] {
+        report.record(
+            &format!("comm_windows_threads_{n}"),
+            comm_windows_check(device, n, count, 5),
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Driver
 // ---------------------------------------------------------------------------------------------
+
+/// `--comm-only`: only the communicator checks.
+fn comm_only() -> bool {
+    std::env::args().skip(1).any(|a| a == "--comm-only")
+}
 
 fn json_path() -> Option<PathBuf> {
     let mut args = std::env::args().skip(1);
@@ -2109,6 +2227,10 @@ fn run_checks(report: &mut Report, summary: &mut serde_json::Map<String, Value>)
         },
     );
     if !has_gpu {
+        return;
+    }
+    comm_checks(report, symcomm::Device::Cuda(0), 1 << 20);
+    if comm_only() {
         return;
     }
 

@@ -42,10 +42,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use symcomm_device::abi::{DevComm, ErrorRecord, SYMCOMM_ABI_VERSION, SYMCOMM_SIGNAL_SLOTS};
+use symcomm_device::image::DeviceImage;
 
 use crate::backend::{Backend, cuda};
 use crate::bootstrap::{self, BootstrapConfig, LocalTeam, RankInfo, UniqueId};
 use crate::config::raw_value;
+use crate::stream::{Kernel, Stream};
 use crate::{Error, Result};
 
 pub use window::{Window, WindowHandle};
@@ -451,6 +453,26 @@ impl Communicator {
         Ok(Window::new(self, mapping, count))
     }
 
+    /// A new stream on this communicator's backend (a CUDA stream of its GPU, or an emulator
+    /// queue) for launching kernels that use its handles. Not collective.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`].
+    pub fn create_stream(&self) -> Result<Stream> {
+        Stream::new(&self.backend)
+    }
+
+    /// Loads kernel `name` of `image` (the `DEVICE_IMAGE` that the build helper generated for
+    /// your crate, or symcomm's own [`crate::DEVICE_IMAGE`]) for this communicator's backend:
+    /// the fatbin (or NVRTC from the embedded source) on CUDA, the emulator entry point on the
+    /// emulator. Not collective.
+    ///
+    /// # Errors
+    /// [`Error::UnknownKernel`]; [`Error::Cuda`] / [`Error::Nvrtc`] when loading fails.
+    pub fn load_kernel(&self, image: &'static DeviceImage, name: &str) -> Result<Kernel> {
+        Kernel::load(&self.backend, image, name)
+    }
+
     /// A host-side barrier over the control plane (not stream-ordered). Collective.
     ///
     /// # Errors
@@ -709,5 +731,75 @@ pub(crate) fn error_from_record(rec: &ErrorRecord) -> Error {
             "rank {}: a device-side precondition of {op} failed (status {s}, detail {:#x})",
             rec.rank, rec.detail
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    #[test]
+    fn documented_defaults_match_the_constants() {
+        let default = |name: &str| {
+            let t = crate::config::TUNABLES
+                .iter()
+                .find(|t| t.name == name)
+                .unwrap();
+            bootstrap::parse_timeout(t.default).unwrap()
+        };
+        assert_eq!(default("SYMCOMM_TIMEOUT"), DEFAULT_DEVICE_TIMEOUT);
+        assert_eq!(default("SYMCOMM_HEARTBEAT"), DEFAULT_HEARTBEAT);
+        assert_eq!(default("SYMCOMM_PEER_TIMEOUT"), DEFAULT_PEER_TIMEOUT);
+        assert_eq!(
+            default("SYMCOMM_INIT_TIMEOUT"),
+            bootstrap::DEFAULT_INIT_TIMEOUT
+        );
+    }
+
+    #[test]
+    fn device_records_become_typed_errors() {
+        use symcomm_device::abi as a;
+        let rec = |status| ErrorRecord {
+            status,
+            rank: 2,
+            peer: 5,
+            op: a::SYMCOMM_OP_BARRIER,
+            detail: 9,
+            time_ns: 1,
+        };
+        assert!(matches!(
+            error_from_record(&rec(a::SYMCOMM_STATUS_TIMEOUT)),
+            Error::Timeout {
+                rank: 2,
+                peer: 5,
+                op: "barrier"
+            }
+        ));
+        assert!(matches!(
+            error_from_record(&rec(a::SYMCOMM_STATUS_ABORTED)),
+            Error::Aborted {
+                rank: 2,
+                peer: 5,
+                ..
+            }
+        ));
+        assert!(matches!(
+            error_from_record(&rec(a::SYMCOMM_STATUS_MISMATCH)),
+            Error::Mismatch {
+                rank: 2,
+                peer: 5,
+                ..
+            }
+        ));
+        assert!(matches!(
+            error_from_record(&rec(a::SYMCOMM_STATUS_ABI_MISMATCH)),
+            Error::Unsupported(_)
+        ));
+        assert!(matches!(
+            error_from_record(&rec(a::SYMCOMM_STATUS_INVALID_ARGUMENT)),
+            Error::InvalidArgument(_)
+        ));
     }
 }

@@ -8,6 +8,7 @@ use symcomm_device::abi::WindowHandleRaw;
 use super::Communicator;
 use super::memory::FlatMapping;
 use crate::backend::cuda::DevicePlain;
+use crate::stream::KernelArg;
 use crate::{Error, Result};
 
 /// A symmetric window of `len()` elements of `T` per rank, allocated by
@@ -56,6 +57,10 @@ impl<T> std::fmt::Debug for WindowHandle<T> {
         f.debug_tuple("WindowHandle").field(&self.raw).finish()
     }
 }
+
+// SAFETY: `repr(transparent)` over `WindowHandleRaw` (plain integers: device addresses, sizes,
+// ranks), whose C++ twin `WindowHandle<T>` kernels take by value.
+unsafe impl<T: 'static> KernelArg for WindowHandle<T> {}
 
 impl<T> WindowHandle<T> {
     /// The untyped handle (`WindowHandleRaw`), as the built-in kernels take it.

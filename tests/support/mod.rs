@@ -1,0 +1,22 @@
+//! Shared by the integration tests that include it (`#[path = "support/mod.rs"] mod support;`).
+
+use symcomm::abi::*;
+
+/// Arguments of the built-in `symcomm_collective_f32` kernel for a grid-scope one-shot sum
+/// all-reduce of `count` elements from `src` into `dst` (both at offset 0, barrier slot 0).
+pub(crate) fn one_shot_sum_f32(src: WindowHandleRaw, dst: WindowHandleRaw, count: u64) -> CollArgs {
+    CollArgs {
+        kind: SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT,
+        dtype: SYMCOMM_DTYPE_F32,
+        redop: SYMCOMM_REDOP_SUM,
+        root: 0,
+        scope: SYMCOMM_SCOPE_GRID,
+        index: 0,
+        count,
+        src_offset: 0,
+        dst_offset: 0,
+        tile_stride: 0,
+        src,
+        dst,
+    }
+}
