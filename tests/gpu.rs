@@ -2148,6 +2148,45 @@ fn comm_checks(report: &mut Report, device: symcomm::Device, count: usize) {
             comm_windows_check(device, n, count, 5),
         );
     }
+    if device != symcomm::Device::Emu {
+        report.record("comm_mixed_devices", comm_mixed_devices_check(device));
+    }
+}
+
+/// Rank 0 on `device`, rank 1 on the emulator: init fails on both with `Mismatch`.
+fn comm_mixed_devices_check(device: symcomm::Device) -> Outcome {
+    let id = symcomm::UniqueId::new_on("127.0.0.1".parse().map_err(err)?).map_err(err)?;
+    let results: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = [device, symcomm::Device::Emu]
+            .into_iter()
+            .enumerate()
+            .map(|(r, d)| {
+                let id = &id;
+                s.spawn(move || {
+                    let config = symcomm::bootstrap::BootstrapConfig::new(id.clone(), r as u32, 2)
+                        .with_timeout(Duration::from_secs(30))
+                        .with_host_id("gpu-check");
+                    match symcomm::Communicator::init_with(
+                        &config,
+                        d,
+                        &symcomm::CommOptions::default(),
+                    ) {
+                        Ok(_) => "initialized".to_owned(),
+                        Err(e @ symcomm::Error::Mismatch { .. }) => format!("Mismatch: {e}"),
+                        Err(e) => format!("other error: {e}"),
+                    }
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| "panicked".into()))
+            .collect()
+    });
+    if results.iter().all(|r| r.starts_with("Mismatch")) {
+        Ok((results.join("; "), Value::Null))
+    } else {
+        Err(results.join("; "))
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ use symcomm_device::image::{DeviceImage, Module};
 use crate::{Error, Result};
 
 mod vmm;
-pub use vmm::{HostMapped, VmmRange, VmmSegment};
+pub use vmm::{HostMapped, VmmRange, VmmSegment, gpu_uuid};
 
 // ---------------------------------------------------------------------------------------------
 // Loading the libraries without panicking

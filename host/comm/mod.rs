@@ -65,6 +65,8 @@ pub const DEFAULT_PEER_TIMEOUT: Duration = Duration::from_secs(15);
 
 // Tags of the host-side all-gathers (ranks must agree on them).
 const TAG_INIT: u32 = 0x100;
+const TAG_DEVICES: u32 = 0x103;
+const TAG_P2P: u32 = 0x104;
 const TAG_LINKS: u32 = 0x101;
 const TAG_LINKS_DONE: u32 = 0x102;
 const TAG_ALLOC: u32 = 0x200;
@@ -357,6 +359,7 @@ impl Communicator {
         };
         comm.agree(TAG_INIT, "opening the device", status)?;
         if comm.spans_one_host() {
+            comm.check_devices()?;
             comm.connect_local_team()?;
             let slots = u64::from(nranks) * u64::from(SYMCOMM_SIGNAL_SLOTS) * 8;
             comm.signals = Some(comm.alloc_flat(slots, 8, "signal area")?);
@@ -540,6 +543,82 @@ impl Communicator {
             }
         }
         Ok(value)
+    }
+
+    /// Every rank of the team uses the same kind of device, and on CUDA every GPU can reach
+    /// every other rank's GPU (peer access); both checked on every rank, failing them all.
+    fn check_devices(&self) -> Result<()> {
+        let uuid = match &self.backend {
+            Backend::Emu => None,
+            Backend::Cuda(d) => Some(cuda::gpu_uuid(d.ordinal()).unwrap_or([0; 16])),
+        };
+        let mut mine = vec![u8::from(uuid.is_some())];
+        mine.extend_from_slice(&uuid.unwrap_or([0; 16]));
+        let all = self
+            .control
+            .all_gather(TAG_DEVICES, "comparing devices", &mine)?;
+        let kind = |d: &[u8]| {
+            if d.first() == Some(&1) {
+                "a CUDA GPU"
+            } else {
+                "the emulator"
+            }
+        };
+        if let Some((peer, theirs)) = all
+            .iter()
+            .enumerate()
+            .find(|(_, d)| d.first() != mine.first())
+        {
+            return Err(Error::Mismatch {
+                rank: self.rank,
+                peer: peer as u32,
+                what: format!(
+                    "rank {} runs on {}, rank {peer} on {}: every rank of a communicator needs the same kind of device",
+                    self.rank,
+                    kind(&mine),
+                    kind(theirs)
+                ),
+            });
+        }
+        let reachable = match &self.backend {
+            Backend::Emu => Ok(()),
+            Backend::Cuda(d) => Self::peer_access(d.ordinal(), &mine[1..], &all),
+        };
+        self.agree(TAG_P2P, "checking peer access between the GPUs", reachable)
+    }
+
+    /// Whether GPU `ordinal` (uuid `mine`) can access the GPU of every rank in `all` that is
+    /// visible to this process (ranks on GPUs it cannot see are left to the driver's checks).
+    fn peer_access(ordinal: usize, mine: &[u8], all: &[Vec<u8>]) -> Result<()> {
+        let info = cuda::probe()?;
+        let uuids: Vec<Option<[u8; 16]>> = (0..info.devices.len())
+            .map(|o| cuda::gpu_uuid(o).ok())
+            .collect();
+        for (r, desc) in all.iter().enumerate() {
+            let theirs = desc.get(1..).unwrap_or_default();
+            if theirs == mine || theirs.iter().all(|&b| b == 0) {
+                continue;
+            }
+            let Some(o) = uuids
+                .iter()
+                .position(|u| u.as_ref().map(|u| &u[..]) == Some(theirs))
+            else {
+                continue;
+            };
+            let ok = info
+                .peer_access
+                .get(ordinal)
+                .and_then(|row| row.get(o))
+                .copied()
+                .unwrap_or(false);
+            if !ok {
+                return Err(Error::Unsupported(format!(
+                    "GPU {ordinal} cannot access GPU {o} of rank {r} (no peer-to-peer access): \
+                     windows need NVLink or PCIe P2P between the GPUs of a host"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Connects the local team's fd-passing sockets (leader listens, the others connect).

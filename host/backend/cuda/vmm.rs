@@ -31,6 +31,7 @@ const VMM_SYMBOLS: &[&str] = &[
     "cuMemHostAlloc",
     "cuMemHostGetDevicePointer_v2",
     "cuMemFreeHost",
+    "cuDeviceGetUuid_v2",
 ];
 
 fn vmm_available() -> Result<()> {
@@ -75,6 +76,24 @@ fn alloc_prop(ctx: &Context) -> dsys::CUmemAllocationProp {
         dsys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     prop.location = location(ctx);
     prop
+}
+
+/// The UUID of GPU `ordinal` (stable across processes, unlike ordinals under
+/// `CUDA_VISIBLE_DEVICES`).
+///
+/// # Errors
+/// [`Error::NoDriver`], [`Error::Cuda`].
+pub fn gpu_uuid(ordinal: usize) -> Result<[u8; 16]> {
+    super::init()?;
+    vmm_available()?;
+    let dev = super::device_handle(ordinal)?;
+    // SAFETY: a plain 16-byte C struct; zero is a valid value.
+    let mut uuid: dsys::CUuuid = unsafe { std::mem::zeroed() };
+    // SAFETY: the driver is initialised; `dev` came from cuDeviceGet; the out-pointer is live.
+    check("cuDeviceGetUuid_v2", unsafe {
+        dsys::cuDeviceGetUuid_v2(&mut uuid, dev)
+    })?;
+    Ok(uuid.bytes.map(|b| b as u8))
 }
 
 /// One rank's copy of a window on its GPU: a physical allocation and its exported fd.
