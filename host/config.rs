@@ -101,6 +101,12 @@ pub const TUNABLES: &[Tunable] = &[
         secret: false,
     },
     Tunable {
+        name: "SYMCOMM_ALGO",
+        default: "auto",
+        help: "force a collective algorithm: one_shot, two_shot (all-reduce) or auto",
+        secret: false,
+    },
+    Tunable {
         name: "SYMCOMM_SOCKET_IFNAME",
         default: "(route to root)",
         help: "interface (name or prefix) for bootstrap sockets",

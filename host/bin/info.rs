@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use serde_json::{Value, json};
 use symcomm::DEVICE_IMAGE;
 use symcomm::backend::cuda;
-use symcomm::config::{TUNABLES, value};
+use symcomm::config::{TUNABLES, raw_value, value};
+use symcomm::tune::{self, BackendKind};
 use symcomm_device::image::DeviceImage;
 
 pub(crate) fn run(as_json: bool) -> ExitCode {
@@ -26,6 +27,87 @@ pub(crate) fn run(as_json: bool) -> ExitCode {
 
 fn gib(bytes: u64) -> f64 {
     bytes as f64 / (1u64 << 30) as f64
+}
+
+/// `bytes` in B, KiB, MiB or GiB (binary units), for people.
+fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut v = bytes as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+/// The SYMCOMM_ALGO line: its value and what it means, or why it is refused.
+fn algo_text() -> String {
+    let raw = raw_value("SYMCOMM_ALGO");
+    match tune::parse_algo(raw.as_deref()) {
+        Ok(Some(a)) => format!("{} (forced where available)", a.name()),
+        Ok(None) => format!("{} (model choice)", raw.as_deref().unwrap_or("auto")),
+        Err(e) => format!("error: {e}"),
+    }
+}
+
+fn tuning_text(s: &mut String) {
+    let _ = writeln!(
+        s,
+        "\nTuning (alpha-beta model; parameters are placeholders until GPU measurements):"
+    );
+    let _ = writeln!(
+        s,
+        "  time_us = launch + barriers x barrier + peer bytes / peer bw + local bytes / local bw"
+    );
+    let _ = writeln!(s, "  SYMCOMM_ALGO = {}", algo_text());
+    let ranks: Vec<String> = tune::REPORT_RANKS.iter().map(u32::to_string).collect();
+    let _ = writeln!(
+        s,
+        "  {:<8} {:>9} {:>10} {:>11} {:>12}   all-reduce two-shot from ({} ranks)",
+        "backend",
+        "launch us",
+        "barrier us",
+        "peer GB/s",
+        "local GB/s",
+        ranks.join(" / ")
+    );
+    for b in BackendKind::ALL {
+        let p = tune::params(b);
+        let cross: Vec<String> = tune::REPORT_RANKS
+            .iter()
+            .map(|&n| {
+                tune::all_reduce_crossover(n, b).map_or_else(|| "never".to_owned(), human_bytes)
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "  {:<8} {:>9.1} {:>10.1} {:>11.1} {:>12.1}   {}",
+            b.name(),
+            p.launch_us,
+            p.barrier_us,
+            p.peer_read_gbps,
+            p.local_gbps,
+            cross.join(" / ")
+        );
+    }
+}
+
+fn tuning_json() -> Value {
+    let raw = raw_value("SYMCOMM_ALGO");
+    let algo = match tune::parse_algo(raw.as_deref()) {
+        Ok(a) => json!({ "value": raw, "forced": a.map(tune::Algorithm::name), "error": null }),
+        Err(e) => json!({ "value": raw, "forced": null, "error": e.to_string() }),
+    };
+    let mut t = tune::model_report();
+    if let Value::Object(m) = &mut t {
+        m.insert("symcomm_algo".to_owned(), algo);
+    }
+    t
 }
 
 fn driver(v: i32) -> String {
@@ -163,6 +245,7 @@ fn to_text(
         let shown = value(t.name).unwrap_or_else(|| format!("{} (default)", t.default));
         let _ = writeln!(s, "  {:<22} = {:<32} {}", t.name, shown, t.help);
     }
+    tuning_text(&mut s);
     s
 }
 
@@ -233,5 +316,6 @@ fn to_json(
             "emulator": { "available": true, "max_threads_per_launch": symcomm_device::emu::MAX_THREADS },
         },
         "tunables": tunables,
+        "tuning": tuning_json(),
     })
 }

@@ -1,0 +1,998 @@
+//! Algorithm selection for the host collectives: an alpha–beta cost model per (collective,
+//! algorithm, message size, rank count, backend), overridable with `SYMCOMM_ALGO`, and the launch
+//! geometry of one call.
+//!
+//! # The model
+//!
+//! NCCL's form (`ncclTopoGetAlgoTime`): a latency term plus bytes over bandwidth. Here, per rank:
+//!
+//! ```text
+//! time_us = launch_us + barriers × barrier_us
+//!         + peer_bytes  / (1000 × peer_read_gbps)     (bytes read from other ranks' memory)
+//!         + local_bytes / (1000 × local_gbps)         (bytes read or written in own memory)
+//! ```
+//!
+//! (1 GB/s = 1000 bytes/µs.) The two bandwidth terms are added, not overlapped: a conservative
+//! choice that keeps every prediction monotone in the message size. `S` is the nccl-tests message
+//! size (the `size` column: `count × typesize` for all-reduce, broadcast, reduce and sendrecv;
+//! `count × typesize × n` — the gathered output / the scattered input — for all-gather,
+//! reduce-scatter, scatter and all-to-all), `n` the rank count and `b = S / n` one rank's block.
+//! Counts are those of the device code in `include/symcomm/collectives.cuh`, out of place (the
+//! in-place forms of one-shot all-reduce and all-to-all add a barrier per round and are not
+//! modelled):
+//!
+//! | collective / algorithm | barriers | peer bytes        | local bytes   | why |
+//! |---|---|---|---|---|
+//! | all_reduce one_shot    | 2 | (n−1)·S           | 2·S           | every rank reads all n inputs, writes S |
+//! | all_reduce two_shot    | 3 | 2·(n−1)·S/n       | (n+1)·S/n     | reduce own block (reads n blocks), barrier, gather n−1 blocks |
+//! | all_gather direct      | 2 | (n−1)·b           | b + S         | read n−1 peer blocks, copy own, write S |
+//! | reduce_scatter direct  | 2 | (n−1)·b           | 2·b           | read block r of every peer, write b |
+//! | broadcast direct       | 2 | (n−1)·S           | 2·S           | n−1 ranks read S from the root: the root's egress is the bottleneck |
+//! | reduce direct          | 2 | (n−1)·S           | 2·S           | the root reads every peer's S |
+//! | scatter direct         | 2 | (n−1)·b           | 2·b           | n−1 ranks read b from the root (root egress) |
+//! | all_to_all direct      | 2 | (n−1)·b           | b + S         | read one block from every peer and the own one, write S |
+//! | sendrecv direct        | 2 | S (0 when n = 1)  | S (2·S, n = 1)| read S from the previous rank, write it |
+//!
+//! Every call is one kernel launch (one `launch_us`). `peer_read_gbps` is a rank's aggregate
+//! bandwidth reading peers (NVLink ingress/egress on CUDA, shared across peers), so n−1 peers'
+//! worth of bytes cost n−1 times one peer's.
+//!
+//! For all-reduce, two-shot minus one-shot is `barrier_us − S·(n−1)·((n−2)/(n·peer) + 1/(n·local))`
+//! (bandwidths in bytes/µs): decreasing in S, so there is one crossover size, found by
+//! [`all_reduce_crossover`]. With two ranks both read the same peer bytes and two-shot only saves
+//! local traffic, so its crossover is far larger than with four or eight.
+//!
+//! The parameters ([`CUDA_PARAMS`], [`EMU_PARAMS`]) are placeholders from data sheets and NCCL's
+//! own constants until GPU measurements replace them; [`ModelParams`] is the one place to put
+//! measured figures.
+
+use serde_json::{Value, json};
+
+use crate::{Error, Result, abi};
+
+/// A collective operation of the host API (nccl-tests' names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Collective {
+    /// Every rank's input reduced, result on every rank.
+    AllReduce,
+    /// The root's input copied to every rank.
+    Broadcast,
+    /// Every rank's input reduced, result on the root.
+    Reduce,
+    /// Every rank's block gathered on every rank.
+    AllGather,
+    /// Block r of every rank's input reduced onto rank r.
+    ReduceScatter,
+    /// Block r of the root's input copied to rank r.
+    Scatter,
+    /// Block p of rank r's input copied to block r of rank p's output.
+    AllToAll,
+    /// Point to point (nccl-tests' ring: send to r+1, receive from r−1).
+    SendRecv,
+}
+
+impl Collective {
+    /// Every collective, in declaration order.
+    pub const ALL: [Collective; 8] = [
+        Collective::AllReduce,
+        Collective::Broadcast,
+        Collective::Reduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+        Collective::Scatter,
+        Collective::AllToAll,
+        Collective::SendRecv,
+    ];
+
+    /// The name: `all_reduce`, `broadcast`, `reduce`, `all_gather`, `reduce_scatter`,
+    /// `scatter`, `all_to_all`, `sendrecv`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Collective::AllReduce => "all_reduce",
+            Collective::Broadcast => "broadcast",
+            Collective::Reduce => "reduce",
+            Collective::AllGather => "all_gather",
+            Collective::ReduceScatter => "reduce_scatter",
+            Collective::Scatter => "scatter",
+            Collective::AllToAll => "all_to_all",
+            Collective::SendRecv => "sendrecv",
+        }
+    }
+
+    /// Parses a name as [`name`](Self::name) gives it, case-insensitively, also without `_` or
+    /// with `-` (`allreduce`, `all-reduce`, nccl-tests' `alltoall`), and nccl-tests binary names
+    /// (`all_reduce_perf`, `all_reduce_perf_mpi`, with or without a directory). `None` otherwise.
+    pub fn parse(s: &str) -> Option<Self> {
+        let s = s.trim();
+        let s = s.rsplit('/').next().unwrap_or(s).to_ascii_lowercase();
+        let s = s.strip_suffix("_mpi").unwrap_or(&s);
+        let s = s.strip_suffix("_perf").unwrap_or(s);
+        let key = squash(s);
+        Collective::ALL
+            .into_iter()
+            .find(|c| squash(c.name()) == key)
+    }
+
+    /// nccl-tests' busbw / algbw factor for `nranks` ranks (`reference/nccl.md` §3.2):
+    /// all_reduce 2(n−1)/n; all_gather, reduce_scatter, scatter, all_to_all (n−1)/n;
+    /// broadcast, reduce, sendrecv 1. One rank gives 0 for the (n−1) factors, as nccl-tests does;
+    /// `nranks` 0 counts as 1.
+    pub fn bus_factor(self, nranks: u32) -> f64 {
+        let n = f64::from(nranks.max(1));
+        match self {
+            Collective::AllReduce => 2.0 * (n - 1.0) / n,
+            Collective::AllGather
+            | Collective::ReduceScatter
+            | Collective::Scatter
+            | Collective::AllToAll => (n - 1.0) / n,
+            Collective::Broadcast | Collective::Reduce | Collective::SendRecv => 1.0,
+        }
+    }
+
+    /// Whether it takes a reduction operator: all_reduce, reduce, reduce_scatter.
+    pub fn has_op(self) -> bool {
+        matches!(
+            self,
+            Collective::AllReduce | Collective::Reduce | Collective::ReduceScatter
+        )
+    }
+
+    /// Whether it takes a root rank: broadcast, reduce, scatter.
+    pub fn has_root(self) -> bool {
+        matches!(
+            self,
+            Collective::Broadcast | Collective::Reduce | Collective::Scatter
+        )
+    }
+}
+
+/// A device algorithm (named by mechanism, as in `include/symcomm/collectives.cuh`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// All-reduce: each rank reads every peer's input and reduces it itself (one step).
+    OneShot,
+    /// All-reduce: reduce-scatter then all-gather via peer loads (two steps).
+    TwoShot,
+    /// The one peer-pointer algorithm of the other collectives.
+    Direct,
+}
+
+impl Algorithm {
+    /// Every algorithm, in declaration order.
+    pub const ALL: [Algorithm; 3] = [Algorithm::OneShot, Algorithm::TwoShot, Algorithm::Direct];
+
+    /// The name: `one_shot`, `two_shot`, `direct`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::OneShot => "one_shot",
+            Algorithm::TwoShot => "two_shot",
+            Algorithm::Direct => "direct",
+        }
+    }
+
+    /// Parses a name as [`name`](Self::name) gives it, case-insensitively, also without `_` or
+    /// with `-` (`oneshot`, `two-shot`). `None` otherwise (`auto` included: see [`parse_algo`]).
+    pub fn parse(s: &str) -> Option<Self> {
+        let key = squash(&s.trim().to_ascii_lowercase());
+        Algorithm::ALL.into_iter().find(|a| squash(a.name()) == key)
+    }
+
+    /// The device kind code (`SYMCOMM_COLL_*`) running `coll` with this algorithm; `None` when
+    /// the pair does not exist (two-shot all-gather, one-shot broadcast, direct all-reduce,
+    /// anything for sendrecv, which is not a device collective).
+    pub fn kind_code(self, coll: Collective) -> Option<u32> {
+        match (coll, self) {
+            (Collective::AllReduce, Algorithm::OneShot) => {
+                Some(abi::SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT)
+            }
+            (Collective::AllReduce, Algorithm::TwoShot) => {
+                Some(abi::SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT)
+            }
+            (Collective::AllGather, Algorithm::Direct) => Some(abi::SYMCOMM_COLL_ALL_GATHER),
+            (Collective::ReduceScatter, Algorithm::Direct) => {
+                Some(abi::SYMCOMM_COLL_REDUCE_SCATTER)
+            }
+            (Collective::Broadcast, Algorithm::Direct) => Some(abi::SYMCOMM_COLL_BROADCAST),
+            (Collective::Reduce, Algorithm::Direct) => Some(abi::SYMCOMM_COLL_REDUCE),
+            (Collective::Scatter, Algorithm::Direct) => Some(abi::SYMCOMM_COLL_SCATTER),
+            (Collective::AllToAll, Algorithm::Direct) => Some(abi::SYMCOMM_COLL_ALL_TO_ALL),
+            _ => None,
+        }
+    }
+
+    /// The algorithms available for `coll`, never empty: all-reduce `[OneShot, TwoShot]`
+    /// (one-shot first: it wins ties and is the one-rank choice), every other collective
+    /// `[Direct]`.
+    pub fn available(coll: Collective) -> &'static [Algorithm] {
+        match coll {
+            Collective::AllReduce => &[Algorithm::OneShot, Algorithm::TwoShot],
+            _ => &[Algorithm::Direct],
+        }
+    }
+}
+
+/// Lower case with `_` and `-` removed: the key names are compared by.
+fn squash(s: &str) -> String {
+    s.chars().filter(|&c| c != '_' && c != '-').collect()
+}
+
+/// The kind of device a communicator runs on, as far as tuning is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BackendKind {
+    /// CUDA GPUs.
+    Cuda,
+    /// The CPU emulator.
+    Emu,
+}
+
+impl BackendKind {
+    /// Both backends.
+    pub const ALL: [BackendKind; 2] = [BackendKind::Cuda, BackendKind::Emu];
+
+    /// `cuda` or `emu`.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Cuda => "cuda",
+            BackendKind::Emu => "emu",
+        }
+    }
+}
+
+/// Parameters of the alpha–beta model for one backend (see the [module docs](self)): the one
+/// place to put measured figures.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct ModelParams {
+    /// Kernel launch plus the host path of one call, µs.
+    pub launch_us: f64,
+    /// One cross-rank barrier (a signal round trip), µs.
+    pub barrier_us: f64,
+    /// One rank's aggregate bandwidth reading peers' memory (NVLink on CUDA), GB/s (1e9 B/s).
+    pub peer_read_gbps: f64,
+    /// One rank's local memory bandwidth (reads plus writes), GB/s (1e9 B/s).
+    pub local_gbps: f64,
+}
+
+/// H200-class defaults — placeholders until GPU measurements replace them:
+/// - `launch_us` 4.0: `cuLaunchKernel` plus the host path; NCCL models its symmetric LL kernels
+///   on Hopper at 4.5 µs base latency (`reference/nccl.md` §4.4).
+/// - `barrier_us` 2.0: a flag store plus poll round trip over NVLink/NVSwitch (NCCL's per-hop
+///   NVLink latencies are 0.6–3.4 µs, §4.3).
+/// - `peer_read_gbps` 360: NCCL's Hopper "LSA bandwidth" (§4.4); NVLink 4 peaks at 450 GB/s per
+///   direction.
+/// - `local_gbps` 4000: HBM3e peaks at 4.8 TB/s; about 85 % of it for copies.
+pub const CUDA_PARAMS: ModelParams = ModelParams {
+    launch_us: 4.0,
+    barrier_us: 2.0,
+    peer_read_gbps: 360.0,
+    local_gbps: 4000.0,
+};
+
+/// Emulator defaults — rough placeholders: a launch starts an OS thread per CTA (~300 µs), a
+/// barrier is a futex-style wait among threads of different processes (~50 µs), and emulated
+/// threads move a few GB/s (peer memory is ordinary shared memory, slower than private data
+/// because of cross-core cache traffic).
+pub const EMU_PARAMS: ModelParams = ModelParams {
+    launch_us: 300.0,
+    barrier_us: 50.0,
+    peer_read_gbps: 2.0,
+    local_gbps: 4.0,
+};
+
+/// The model parameters of `backend`.
+pub fn params(backend: BackendKind) -> &'static ModelParams {
+    match backend {
+        BackendKind::Cuda => &CUDA_PARAMS,
+        BackendKind::Emu => &EMU_PARAMS,
+    }
+}
+
+/// What one call costs before bandwidths are applied.
+struct Cost {
+    barriers: f64,
+    peer_bytes: f64,
+    local_bytes: f64,
+}
+
+/// The counts of the module docs' table; `None` for a pair that does not exist.
+fn cost(coll: Collective, algo: Algorithm, s: f64, nranks: u32) -> Option<Cost> {
+    let n = f64::from(nranks.max(1));
+    let b = s / n;
+    let c = |barriers: f64, peer_bytes: f64, local_bytes: f64| Cost {
+        barriers,
+        peer_bytes,
+        local_bytes,
+    };
+    Some(match (coll, algo) {
+        // Barrier, read all n inputs (n−1 remote), write S, barrier.
+        (Collective::AllReduce, Algorithm::OneShot) => c(2.0, (n - 1.0) * s, 2.0 * s),
+        // Barrier, reduce own block b (n−1 remote reads, 1 local read, 1 write), barrier, copy
+        // the n−1 other reduced blocks from their owners, barrier.
+        (Collective::AllReduce, Algorithm::TwoShot) => {
+            c(3.0, 2.0 * (n - 1.0) * b, b + b + (n - 1.0) * b)
+        }
+        // Barrier, copy n−1 peers' blocks and the own one into S of output, barrier.
+        (Collective::AllGather, Algorithm::Direct) => c(2.0, (n - 1.0) * b, b + s),
+        // Barrier, reduce block r of all n inputs, write b, barrier.
+        (Collective::ReduceScatter, Algorithm::Direct) => c(2.0, (n - 1.0) * b, 2.0 * b),
+        // Barrier, every rank copies S from the root (root egress: n−1 readers), barrier.
+        (Collective::Broadcast, Algorithm::Direct) => c(2.0, (n - 1.0) * s, 2.0 * s),
+        // Barrier, the root reads n−1 peers' S and its own, writes S, barrier.
+        (Collective::Reduce, Algorithm::Direct) => c(2.0, (n - 1.0) * s, 2.0 * s),
+        // Barrier, every rank copies its block from the root (root egress: n−1 blocks), barrier.
+        (Collective::Scatter, Algorithm::Direct) => c(2.0, (n - 1.0) * b, 2.0 * b),
+        // Barrier, copy one block from each of n−1 peers and the own block into S of output,
+        // barrier.
+        (Collective::AllToAll, Algorithm::Direct) => c(2.0, (n - 1.0) * b, b + s),
+        // Signal, read S from the previous rank and write it, signal; one rank copies locally.
+        (Collective::SendRecv, Algorithm::Direct) => {
+            if nranks > 1 {
+                c(2.0, s, s)
+            } else {
+                c(2.0, 0.0, 2.0 * s)
+            }
+        }
+        _ => return None,
+    })
+}
+
+/// Predicted time in µs of `coll` with `algo` moving `bytes` (the nccl-tests message size `S`,
+/// see the [module docs](self)) among `nranks` ranks (0 counts as 1), with the parameters `p`.
+/// `f64::INFINITY` for a pair that does not exist ([`Algorithm::kind_code`] is `None`, except
+/// sendrecv which is modelled). Non-decreasing in `bytes`.
+pub fn predict_us(
+    coll: Collective,
+    algo: Algorithm,
+    bytes: u64,
+    nranks: u32,
+    p: &ModelParams,
+) -> f64 {
+    match cost(coll, algo, bytes as f64, nranks) {
+        Some(c) => {
+            p.launch_us
+                + c.barriers * p.barrier_us
+                + c.peer_bytes / (1000.0 * p.peer_read_gbps)
+                + c.local_bytes / (1000.0 * p.local_gbps)
+        }
+        None => f64::INFINITY,
+    }
+}
+
+/// The algorithm to use for `coll` on `bytes` bytes (nccl-tests size) among `nranks` ranks:
+/// `forced` when it is available for `coll` (otherwise ignored), else the first of
+/// [`Algorithm::available`] for one rank, else the cheapest by [`predict_us`] with
+/// [`params`]`(backend)` (ties: the first in `available`). A pure function of its arguments, so
+/// ranks that agree on them agree on the choice.
+pub fn choose(
+    coll: Collective,
+    bytes: u64,
+    nranks: u32,
+    backend: BackendKind,
+    forced: Option<Algorithm>,
+) -> Algorithm {
+    choose_with(coll, bytes, nranks, params(backend), forced)
+}
+
+fn choose_with(
+    coll: Collective,
+    bytes: u64,
+    nranks: u32,
+    p: &ModelParams,
+    forced: Option<Algorithm>,
+) -> Algorithm {
+    let avail = Algorithm::available(coll);
+    if let Some(f) = forced.filter(|f| avail.contains(f)) {
+        return f;
+    }
+    let first = avail.first().copied().unwrap_or(Algorithm::Direct);
+    if nranks <= 1 {
+        return first;
+    }
+    let mut best = (first, predict_us(coll, first, bytes, nranks, p));
+    for &a in avail.iter().skip(1) {
+        let t = predict_us(coll, a, bytes, nranks, p);
+        if t < best.1 {
+            best = (a, t);
+        }
+    }
+    best.0
+}
+
+/// Largest size [`all_reduce_crossover`] searches: 16 GiB.
+pub const CROSSOVER_MAX_BYTES: u64 = 16 << 30;
+
+/// The rank counts `symcomm info` and [`model_report`] show crossovers for.
+pub const REPORT_RANKS: [u32; 3] = [2, 4, 8];
+
+/// Smallest all-reduce message size in bytes at which [`choose`] picks two-shot over one-shot
+/// with no forced algorithm: one-shot for every smaller size, two-shot for it and every larger
+/// one. `None` if never up to [`CROSSOVER_MAX_BYTES`] (one rank: never); `Some(8)` when two-shot
+/// already wins at 8 bytes.
+///
+/// Search: powers of two from 8 B up to 16 GiB for the first that picks two-shot, then bisection
+/// between it and the power below down to the byte. Exact because the choice is monotone in the
+/// size (two-shot's advantage grows linearly with it, see the module docs).
+pub fn all_reduce_crossover(nranks: u32, backend: BackendKind) -> Option<u64> {
+    crossover_with(nranks, params(backend))
+}
+
+fn crossover_with(nranks: u32, p: &ModelParams) -> Option<u64> {
+    if nranks <= 1 {
+        return None;
+    }
+    let two = |s: u64| choose_with(Collective::AllReduce, s, nranks, p, None) == Algorithm::TwoShot;
+    let mut hi = 8u64;
+    while !two(hi) {
+        if hi >= CROSSOVER_MAX_BYTES {
+            return None;
+        }
+        hi *= 2;
+    }
+    if hi == 8 {
+        return Some(8);
+    }
+    // Invariant: one-shot at lo, two-shot at hi.
+    let mut lo = hi / 2;
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if two(mid) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    Some(hi)
+}
+
+/// Parses a `SYMCOMM_ALGO` value: unset, empty or `auto` → `Ok(None)` (the model chooses);
+/// `one_shot`, `two_shot`, `direct` (as [`Algorithm::parse`] accepts them) → `Ok(Some(..))`.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] listing the valid values for anything else.
+pub fn parse_algo(value: Option<&str>) -> Result<Option<Algorithm>> {
+    let Some(v) = value.map(str::trim).filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    if v.eq_ignore_ascii_case("auto") {
+        return Ok(None);
+    }
+    match Algorithm::parse(v) {
+        Some(a) => Ok(Some(a)),
+        None => Err(Error::InvalidArgument(format!(
+            "SYMCOMM_ALGO={v:?}: expected one of auto, {}",
+            Algorithm::ALL.map(Algorithm::name).join(", ")
+        ))),
+    }
+}
+
+/// [`parse_algo`] of the `SYMCOMM_ALGO` environment variable (read now, each call).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a value [`parse_algo`] refuses.
+pub fn algo_from_env() -> Result<Option<Algorithm>> {
+    parse_algo(crate::config::raw_value("SYMCOMM_ALGO").as_deref())
+}
+
+/// Bytes per CTA [`geometry`] aims at.
+pub const PIECE_BYTES: u64 = 64 << 10;
+/// Threads per CTA on CUDA.
+pub const CUDA_THREADS: u32 = 512;
+/// Threads per CTA on the emulator.
+pub const EMU_THREADS: u32 = 64;
+/// Most CTAs per call on the emulator (each CTA is an OS thread; small machines).
+pub const EMU_MAX_CTAS: u32 = 4;
+
+/// Launch geometry of one call: (CTAs, threads per CTA), both ≥ 1; a pure function of its
+/// arguments, so ranks that agree on them launch the same grid (grid-scope collectives need it).
+///
+/// CTAs: one per [`PIECE_BYTES`] of the bytes a rank moves (`bytes`, the nccl-tests size; for
+/// scatter one block, `bytes / nranks`), at least 1, at most `max_ctas` (the barrier slots the
+/// caller has; 0 counts as 1) and on the emulator at most [`EMU_MAX_CTAS`] — so messages under
+/// 64 KiB run on one CTA. Threads: [`CUDA_THREADS`] or [`EMU_THREADS`], raised to `nranks`
+/// rounded up to a warp (in-place all-to-all needs a thread per rank), at most 1024.
+pub fn geometry(
+    coll: Collective,
+    bytes: u64,
+    nranks: u32,
+    backend: BackendKind,
+    max_ctas: u32,
+) -> (u32, u32) {
+    let n = u64::from(nranks.max(1));
+    let work = match coll {
+        Collective::Scatter => bytes / n,
+        _ => bytes,
+    };
+    let (cap, base) = match backend {
+        BackendKind::Cuda => (max_ctas, CUDA_THREADS),
+        BackendKind::Emu => (max_ctas.min(EMU_MAX_CTAS), EMU_THREADS),
+    };
+    let cap = cap.max(1);
+    let ctas = work.div_ceil(PIECE_BYTES).clamp(1, u64::from(cap));
+    let ctas = u32::try_from(ctas).unwrap_or(cap);
+    let threads = base.max(nranks.min(1024).next_multiple_of(32)).min(1024);
+    (ctas, threads)
+}
+
+/// The model for `symcomm info`: the formula, both backends' parameters and their all-reduce
+/// crossovers for [`REPORT_RANKS`] ranks (`bytes` null: never).
+pub fn model_report() -> Value {
+    let backends: serde_json::Map<String, Value> = BackendKind::ALL
+        .into_iter()
+        .map(|b| {
+            let cross: Vec<Value> = REPORT_RANKS
+                .into_iter()
+                .map(|n| json!({ "nranks": n, "bytes": all_reduce_crossover(n, b) }))
+                .collect();
+            (
+                b.name().to_owned(),
+                json!({ "params": params(b), "all_reduce_two_shot_from": cross }),
+            )
+        })
+        .collect();
+    json!({
+        "model": "time_us = launch_us + barriers x barrier_us + peer_bytes / (1000 x peer_read_gbps) + local_bytes / (1000 x local_gbps)",
+        "params_status": "placeholders until GPU measurements replace them",
+        "backends": backends,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    const RANKS: [u32; 3] = [2, 4, 8];
+
+    #[test]
+    fn crossover_pins_the_choice() {
+        for backend in BackendKind::ALL {
+            for n in RANKS {
+                let x = all_reduce_crossover(n, backend)
+                    .unwrap_or_else(|| panic!("{backend:?} n={n}: no crossover"));
+                assert!(x > 8, "{backend:?} n={n}: {x}");
+                let pick = |s| choose(Collective::AllReduce, s, n, backend, None);
+                assert_eq!(pick(x - 8), Algorithm::OneShot, "{backend:?} n={n} {x}-8");
+                assert_eq!(pick(x - 1), Algorithm::OneShot, "{backend:?} n={n} {x}-1");
+                assert_eq!(pick(x / 2), Algorithm::OneShot, "{backend:?} n={n} {x}/2");
+                assert_eq!(pick(x), Algorithm::TwoShot, "{backend:?} n={n} at {x}");
+                assert_eq!(pick(x + 1), Algorithm::TwoShot, "{backend:?} n={n} {x}+1");
+                // Every power of two from 8 B to 16 GiB is on the right side.
+                let mut s = 8u64;
+                while s <= CROSSOVER_MAX_BYTES {
+                    let want = if s < x {
+                        Algorithm::OneShot
+                    } else {
+                        Algorithm::TwoShot
+                    };
+                    assert_eq!(pick(s), want, "{backend:?} n={n} s={s} crossover {x}");
+                    s *= 2;
+                }
+                // The model's placeholders: one-shot for tiny messages on every backend.
+                assert_eq!(pick(8), Algorithm::OneShot, "{backend:?} n={n}");
+            }
+        }
+        for n in RANKS {
+            assert_eq!(
+                choose(Collective::AllReduce, 1 << 30, n, BackendKind::Cuda, None),
+                Algorithm::TwoShot
+            );
+        }
+        // More ranks: one-shot reads more, so two-shot wins earlier.
+        for backend in BackendKind::ALL {
+            let x: Vec<u64> = RANKS
+                .iter()
+                .map(|&n| all_reduce_crossover(n, backend).unwrap())
+                .collect();
+            assert!(x[0] > x[1] && x[1] > x[2], "{backend:?}: {x:?}");
+        }
+    }
+
+    #[test]
+    fn crossover_matches_the_closed_form() {
+        // Two ranks: two-shot − one-shot = barrier − S / (2 · local), so the crossover is
+        // 2 · barrier_us · local (bytes/µs), within a byte.
+        for backend in BackendKind::ALL {
+            let p = params(backend);
+            let exact = 2.0 * p.barrier_us * p.local_gbps * 1000.0;
+            let x = all_reduce_crossover(2, backend).unwrap() as f64;
+            assert!(
+                x >= exact - 1e-6 * exact && x - exact <= 1.0 + 1e-6 * exact,
+                "{backend:?}: {x} vs {exact}"
+            );
+        }
+        // n ranks: barrier / ((n−1)(n−2)/(n·peer) + (n−1)/(n·local)).
+        for backend in BackendKind::ALL {
+            let p = params(backend);
+            for n in [4u32, 8] {
+                let nf = f64::from(n);
+                let per_byte = (nf - 1.0) * (nf - 2.0) / (nf * p.peer_read_gbps * 1000.0)
+                    + (nf - 1.0) / (nf * p.local_gbps * 1000.0);
+                let exact = p.barrier_us / per_byte;
+                let x = all_reduce_crossover(n, backend).unwrap() as f64;
+                assert!(
+                    x >= exact - 1e-6 * exact && x - exact <= 1.0 + 1e-6 * exact,
+                    "{backend:?} n={n}: {x} vs {exact}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn crossover_none_when_two_shot_never_wins() {
+        // Free bandwidth: only barriers count, one-shot has fewer, so two-shot never wins.
+        let p = ModelParams {
+            launch_us: 1.0,
+            barrier_us: 1.0,
+            peer_read_gbps: f64::INFINITY,
+            local_gbps: f64::INFINITY,
+        };
+        assert_eq!(crossover_with(8, &p), None);
+        // Free barriers and bandwidth: every algorithm costs one launch; ties go to the first.
+        let p = ModelParams {
+            barrier_us: 0.0,
+            ..p
+        };
+        assert_eq!(
+            predict_us(Collective::AllReduce, Algorithm::OneShot, 1 << 20, 4, &p),
+            predict_us(Collective::AllReduce, Algorithm::TwoShot, 1 << 20, 4, &p)
+        );
+        assert_eq!(
+            choose_with(Collective::AllReduce, 1 << 20, 4, &p, None),
+            Algorithm::OneShot
+        );
+        // Free barriers: two-shot at once.
+        let p = ModelParams {
+            barrier_us: 0.0,
+            ..CUDA_PARAMS
+        };
+        assert_eq!(crossover_with(8, &p), Some(8));
+    }
+
+    #[test]
+    fn one_rank_is_one_shot() {
+        for backend in BackendKind::ALL {
+            assert_eq!(all_reduce_crossover(1, backend), None);
+            assert_eq!(all_reduce_crossover(0, backend), None);
+            for s in [0u64, 8, 1 << 20, 1 << 30, 16 << 30] {
+                assert_eq!(
+                    choose(Collective::AllReduce, s, 1, backend, None),
+                    Algorithm::OneShot
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn predict_is_monotone_in_bytes() {
+        let mut sizes = vec![0u64, 1, 7, 8, 9, 100, 1000, 4095, 4096];
+        sizes.extend((3..=34).map(|k| 1u64 << k));
+        sizes.extend((3..=34).map(|k| (1u64 << k) + 8));
+        sizes.sort_unstable();
+        for p in [CUDA_PARAMS, EMU_PARAMS] {
+            for coll in Collective::ALL {
+                for &algo in Algorithm::available(coll) {
+                    for n in [1u32, 2, 3, 4, 8, 16] {
+                        let t: Vec<f64> = sizes
+                            .iter()
+                            .map(|&s| predict_us(coll, algo, s, n, &p))
+                            .collect();
+                        assert!(
+                            t.iter().all(|x| x.is_finite() && *x > 0.0),
+                            "{coll:?} {algo:?}"
+                        );
+                        for w in t.windows(2) {
+                            assert!(w[0] <= w[1], "{coll:?} {algo:?} n={n}: {t:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn predict_pins_formulas() {
+        let p = ModelParams {
+            launch_us: 10.0,
+            barrier_us: 1.0,
+            peer_read_gbps: 1.0, // 1000 B/us
+            local_gbps: 2.0,     // 2000 B/us
+        };
+        let s = 8000u64;
+        let at = |c, a, n| predict_us(c, a, s, n, &p);
+        // One-shot, n = 4: 10 + 2 + 3·8000/1000 + 2·8000/2000 = 44.
+        assert!((at(Collective::AllReduce, Algorithm::OneShot, 4) - 44.0).abs() < 1e-9);
+        // Two-shot, n = 4: 10 + 3 + 2·3·2000/1000 + 5·2000/2000 = 30.
+        assert!((at(Collective::AllReduce, Algorithm::TwoShot, 4) - 30.0).abs() < 1e-9);
+        // All-gather, n = 4 (b = 2000): 10 + 2 + 3·2000/1000 + (2000 + 8000)/2000 = 23.
+        assert!((at(Collective::AllGather, Algorithm::Direct, 4) - 23.0).abs() < 1e-9);
+        // Broadcast, n = 4: the root serves 3·S: 10 + 2 + 24 + 8 = 44.
+        assert!((at(Collective::Broadcast, Algorithm::Direct, 4) - 44.0).abs() < 1e-9);
+        // Pairs that do not exist cost infinity, so the model never picks them.
+        assert_eq!(
+            at(Collective::AllGather, Algorithm::TwoShot, 4),
+            f64::INFINITY
+        );
+        assert_eq!(
+            at(Collective::AllReduce, Algorithm::Direct, 4),
+            f64::INFINITY
+        );
+    }
+
+    #[test]
+    fn forced_algorithm() {
+        for backend in BackendKind::ALL {
+            for s in [8u64, 1 << 30] {
+                for n in [1u32, 2, 8] {
+                    for forced in [Algorithm::OneShot, Algorithm::TwoShot] {
+                        assert_eq!(
+                            choose(Collective::AllReduce, s, n, backend, Some(forced)),
+                            forced
+                        );
+                    }
+                    let model = choose(Collective::AllReduce, s, n, backend, None);
+                    assert_eq!(
+                        choose(
+                            Collective::AllReduce,
+                            s,
+                            n,
+                            backend,
+                            Some(Algorithm::Direct)
+                        ),
+                        model
+                    );
+                    for coll in Collective::ALL.into_iter().skip(1) {
+                        for forced in [None, Some(Algorithm::OneShot), Some(Algorithm::TwoShot)] {
+                            assert_eq!(
+                                choose(coll, s, n, backend, forced),
+                                Algorithm::Direct,
+                                "{coll:?} {forced:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        // Forcing the model's loser really overrides it.
+        assert_eq!(
+            choose(Collective::AllReduce, 8, 8, BackendKind::Cuda, None),
+            Algorithm::OneShot
+        );
+        assert_eq!(
+            choose(
+                Collective::AllReduce,
+                8,
+                8,
+                BackendKind::Cuda,
+                Some(Algorithm::TwoShot)
+            ),
+            Algorithm::TwoShot
+        );
+    }
+
+    #[test]
+    fn kind_codes_match_abi() {
+        use Algorithm::*;
+        use Collective::*;
+        let want = |c: Collective, a: Algorithm| -> Option<u32> {
+            match (c, a) {
+                (AllReduce, OneShot) => Some(abi::SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT),
+                (AllReduce, TwoShot) => Some(abi::SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT),
+                (AllGather, Direct) => Some(abi::SYMCOMM_COLL_ALL_GATHER),
+                (ReduceScatter, Direct) => Some(abi::SYMCOMM_COLL_REDUCE_SCATTER),
+                (Broadcast, Direct) => Some(abi::SYMCOMM_COLL_BROADCAST),
+                (Reduce, Direct) => Some(abi::SYMCOMM_COLL_REDUCE),
+                (Scatter, Direct) => Some(abi::SYMCOMM_COLL_SCATTER),
+                (AllToAll, Direct) => Some(abi::SYMCOMM_COLL_ALL_TO_ALL),
+                _ => None,
+            }
+        };
+        let mut codes = Vec::new();
+        for c in Collective::ALL {
+            for a in Algorithm::ALL {
+                assert_eq!(a.kind_code(c), want(c, a), "{c:?} {a:?}");
+                // Exactly the available pairs have a device kind (sendrecv has none).
+                if c != SendRecv {
+                    assert_eq!(
+                        a.kind_code(c).is_some(),
+                        Algorithm::available(c).contains(&a),
+                        "{c:?} {a:?}"
+                    );
+                }
+                codes.extend(a.kind_code(c));
+            }
+        }
+        codes.sort_unstable();
+        assert_eq!(codes, (0..abi::SYMCOMM_COLL_COUNT).collect::<Vec<_>>());
+        assert_eq!(Algorithm::available(SendRecv), &[Direct]);
+        assert_eq!(Algorithm::available(AllReduce), &[OneShot, TwoShot]);
+    }
+
+    #[test]
+    fn bus_factors() {
+        use Collective::*;
+        let at4 = [
+            (AllReduce, 1.5),
+            (Broadcast, 1.0),
+            (Reduce, 1.0),
+            (AllGather, 0.75),
+            (ReduceScatter, 0.75),
+            (Scatter, 0.75),
+            (AllToAll, 0.75),
+            (SendRecv, 1.0),
+        ];
+        let at1 = [
+            (AllReduce, 0.0),
+            (Broadcast, 1.0),
+            (Reduce, 1.0),
+            (AllGather, 0.0),
+            (ReduceScatter, 0.0),
+            (Scatter, 0.0),
+            (AllToAll, 0.0),
+            (SendRecv, 1.0),
+        ];
+        assert_eq!(at4.len(), Collective::ALL.len());
+        for ((c, f4), (c1, f1)) in at4.into_iter().zip(at1) {
+            assert_eq!(c, c1);
+            assert_eq!(c.bus_factor(4), f4, "{c:?} n=4");
+            assert_eq!(c.bus_factor(1), f1, "{c:?} n=1");
+        }
+        assert_eq!(AllReduce.bus_factor(8), 1.75);
+        assert_eq!(AllGather.bus_factor(8), 0.875);
+    }
+
+    #[test]
+    fn op_and_root() {
+        use Collective::*;
+        let ops: Vec<_> = Collective::ALL.into_iter().filter(|c| c.has_op()).collect();
+        assert_eq!(ops, [AllReduce, Reduce, ReduceScatter]);
+        let roots: Vec<_> = Collective::ALL
+            .into_iter()
+            .filter(|c| c.has_root())
+            .collect();
+        assert_eq!(roots, [Broadcast, Reduce, Scatter]);
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for c in Collective::ALL {
+            assert_eq!(Collective::parse(c.name()), Some(c));
+            assert_eq!(Collective::parse(&c.name().replace('_', "")), Some(c));
+            assert_eq!(Collective::parse(&format!("{}_perf", c.name())), Some(c));
+            assert_eq!(Collective::parse(&c.name().to_uppercase()), Some(c));
+        }
+        let names: Vec<_> = Collective::ALL.map(Collective::name).to_vec();
+        assert_eq!(
+            names,
+            [
+                "all_reduce",
+                "broadcast",
+                "reduce",
+                "all_gather",
+                "reduce_scatter",
+                "scatter",
+                "all_to_all",
+                "sendrecv"
+            ]
+        );
+        // nccl-tests binary names.
+        for (bin, c) in [
+            ("all_reduce_perf", Collective::AllReduce),
+            ("alltoall_perf", Collective::AllToAll),
+            ("sendrecv_perf", Collective::SendRecv),
+            ("./build/reduce_scatter_perf", Collective::ReduceScatter),
+            ("all_gather_perf_mpi", Collective::AllGather),
+            ("allreduce", Collective::AllReduce),
+            ("all-gather", Collective::AllGather),
+        ] {
+            assert_eq!(Collective::parse(bin), Some(c), "{bin}");
+        }
+        for bad in [
+            "",
+            "all",
+            "gather",
+            "gather_perf",
+            "hypercube_perf",
+            "reduce_perf_x",
+        ] {
+            assert_eq!(Collective::parse(bad), None, "{bad}");
+        }
+        for a in Algorithm::ALL {
+            assert_eq!(Algorithm::parse(a.name()), Some(a));
+            assert_eq!(Algorithm::parse(&a.name().replace('_', "-")), Some(a));
+            assert_eq!(Algorithm::parse(&a.name().to_uppercase()), Some(a));
+        }
+        assert_eq!(
+            Algorithm::ALL.map(Algorithm::name),
+            ["one_shot", "two_shot", "direct"]
+        );
+        assert_eq!(Algorithm::parse("auto"), None);
+        assert_eq!(Algorithm::parse("ring"), None);
+    }
+
+    #[test]
+    fn parse_algo_values() {
+        assert_eq!(parse_algo(None).unwrap(), None);
+        assert_eq!(parse_algo(Some("")).unwrap(), None);
+        assert_eq!(parse_algo(Some("auto")).unwrap(), None);
+        assert_eq!(parse_algo(Some("AUTO")).unwrap(), None);
+        assert_eq!(
+            parse_algo(Some("one_shot")).unwrap(),
+            Some(Algorithm::OneShot)
+        );
+        assert_eq!(
+            parse_algo(Some(" two_shot ")).unwrap(),
+            Some(Algorithm::TwoShot)
+        );
+        assert_eq!(parse_algo(Some("direct")).unwrap(), Some(Algorithm::Direct));
+        for bad in ["ring", "tree", "one shot", "0"] {
+            match parse_algo(Some(bad)) {
+                Err(Error::InvalidArgument(m)) => {
+                    for v in ["auto", "one_shot", "two_shot", "direct", "SYMCOMM_ALGO"] {
+                        assert!(m.contains(v), "{m}");
+                    }
+                    assert!(m.contains(bad), "{m}");
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn geometry_bounds() {
+        for backend in BackendKind::ALL {
+            for coll in Collective::ALL {
+                for n in [1u32, 2, 4, 8, 100] {
+                    for max_ctas in [1u32, 2, 4, 16, 64] {
+                        let mut s = 0u64;
+                        loop {
+                            let (ctas, threads) = geometry(coll, s, n, backend, max_ctas);
+                            assert!((1..=max_ctas).contains(&ctas), "{coll:?} {s} {ctas}");
+                            assert!((32..=1024).contains(&threads) && threads % 32 == 0);
+                            assert!(threads >= n, "{coll:?} n={n}: {threads}");
+                            if backend == BackendKind::Emu {
+                                assert!(ctas <= EMU_MAX_CTAS);
+                                if s < 64 << 10 {
+                                    assert_eq!(ctas, 1, "{coll:?} {s}");
+                                }
+                            }
+                            if s >= 1 << 40 {
+                                break;
+                            }
+                            s = s * 2 + 1;
+                        }
+                    }
+                }
+            }
+            // max_ctas 0 still gives one CTA.
+            assert_eq!(geometry(Collective::AllReduce, 1 << 30, 2, backend, 0).0, 1);
+        }
+        // CUDA uses the slots it has for large messages, one CTA for tiny ones.
+        assert_eq!(
+            geometry(Collective::AllReduce, 1 << 30, 8, BackendKind::Cuda, 64),
+            (64, CUDA_THREADS)
+        );
+        assert_eq!(
+            geometry(Collective::AllReduce, 1024, 8, BackendKind::Cuda, 64),
+            (1, CUDA_THREADS)
+        );
+        assert_eq!(
+            geometry(Collective::AllReduce, 1 << 30, 8, BackendKind::Emu, 64),
+            (4, EMU_THREADS)
+        );
+    }
+
+    #[test]
+    fn report_has_both_backends() {
+        let r = model_report();
+        for b in BackendKind::ALL {
+            let be = &r["backends"][b.name()];
+            assert_eq!(be["params"]["launch_us"], json!(params(b).launch_us));
+            let x = be["all_reduce_two_shot_from"].as_array().unwrap();
+            assert_eq!(x.len(), REPORT_RANKS.len());
+            for (v, n) in x.iter().zip(REPORT_RANKS) {
+                assert_eq!(v["nranks"], json!(n));
+                assert_eq!(v["bytes"], json!(all_reduce_crossover(n, b)));
+            }
+        }
+    }
+}
