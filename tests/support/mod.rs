@@ -1,5 +1,11 @@
 //! Shared by the integration tests that include it (`#[path = "support/mod.rs"] mod support;`).
 
+// Each test crate that includes this module uses only part of it (comm.rs the kernel arguments,
+// emu_collectives.rs and coll.rs the value model), so the rest would be dead code there.
+#![allow(dead_code)]
+
+pub(crate) mod values;
+
 use symcomm::abi::*;
 
 /// Arguments of the built-in `symcomm_collective_f32` kernel for a grid-scope one-shot sum

@@ -1,0 +1,799 @@
+//! Host collectives on the emulator, checked like nccl-tests: every collective (`all_reduce`,
+//! `broadcast`, `reduce`, `all_gather`, `reduce_scatter`, `scatter`, `all_to_all`) x dtype x op
+//! x rank count (1, 2, 3, 4, 5, 8; ranks as threads) x count x in/out of place x buffers (both
+//! windows, both `Buffer`s, mixed) x root x offsets. Inputs of reductions are exact in every type
+//! (the value model of `support/values.rs`; floating-point avg included, so no tolerance); the
+//! collectives that only move data get arbitrary bits (NaNs, infinities, subnormals included).
+//! Outputs are compared bit for bit and `#wrong` counted, plus canaries: every byte of both buffers outside
+//! the output (guard elements before and after it, the input of an out-of-place call, the other
+//! blocks of an in-place reduce-scatter or scatter, a non-root's buffers of reduce) unchanged.
+//!
+//! One communicator per rank count runs its cases back to back on one stream per rank; the cases
+//! are a seeded selection (every collective x dtype x op for the reductions, every collective x
+//! dtype for the others, the other dimensions drawn), printed with `SYMCOMM_TEST_SEED`, which
+//! replays it. Also: one large f32 all-reduce and all-gather through `Buffer`s (the staging path
+//! in several chunks), and the all-reduce algorithm choice (`algorithm_for`) against the model
+//! around its crossover (`SYMCOMM_ALGO`, when set, forces it); every group also runs all-reduces
+//! at counts the model runs two-shot, so the results do not depend on `SYMCOMM_ALGO`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv4Addr};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use support::values::{
+    DTYPES, DType, OPS, Rng, input_exact, op_name, raw_bits, red_op, reduce_vals, seed,
+};
+use symcomm::bootstrap::BootstrapConfig;
+use symcomm::tune::{self, Algorithm, BackendKind, Collective};
+use symcomm::{Buffer, BufferRef, CommOptions, Communicator, Device, Stream, UniqueId, Window};
+
+const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+/// Runs `body(comm)` on `nranks` ranks as threads of one communicator (emulator); returns each
+/// rank's result in rank order.
+fn with_ranks<T: Send>(nranks: u32, body: impl Fn(&Communicator) -> T + Sync) -> Vec<T> {
+    let id = UniqueId::new_on(LOOPBACK).unwrap();
+    thread::scope(|s| {
+        let handles: Vec<_> = (0..nranks)
+            .map(|r| {
+                let (id, body) = (&id, &body);
+                s.spawn(move || {
+                    let c = BootstrapConfig::new(id.clone(), r, nranks)
+                        .with_timeout(Duration::from_secs(60))
+                        .with_host_id("coll-test");
+                    let options =
+                        CommOptions::default().with_device_timeout(Duration::from_secs(30));
+                    let comm = Communicator::init_with(&c, Device::Emu, &options)
+                        .unwrap_or_else(|e| panic!("rank {r}: init: {e}"));
+                    body(&comm)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cases.
+
+const COLLS: [Collective; 7] = [
+    Collective::AllReduce,
+    Collective::Broadcast,
+    Collective::Reduce,
+    Collective::AllGather,
+    Collective::ReduceScatter,
+    Collective::Scatter,
+    Collective::AllToAll,
+];
+
+/// Per-rank block counts (elements per rank block, `count`) of most cases: 0, 1, small odd,
+/// primes, around 1024, a few thousand.
+const COUNTS: [usize; 9] = [0, 1, 3, 61, 127, 1023, 1025, 2999, 4099];
+
+/// Element offsets of the send and receive ranges (misaligned against 16-byte vectors).
+const OFFSETS: [usize; 4] = [0, 1, 3, 16];
+
+/// Elements after every range that must stay untouched.
+const GUARD: usize = 13;
+
+/// The byte every buffer holds outside the inputs before a call.
+const CANARY: u8 = 0xA5;
+
+fn is_reduction(c: Collective) -> bool {
+    matches!(
+        c,
+        Collective::AllReduce | Collective::Reduce | Collective::ReduceScatter
+    )
+}
+
+/// (blocks of `count` elements in the send buffer, in the receive buffer).
+fn layout(c: Collective, n: usize) -> (usize, usize) {
+    match c {
+        Collective::AllGather => (1, n),
+        Collective::ReduceScatter | Collective::Scatter => (n, 1),
+        Collective::AllToAll => (n, n),
+        _ => (1, 1),
+    }
+}
+
+/// Where send and receive data live: windows `A`, `B` and buffers `C`, `D` of every rank.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Place {
+    /// Window to window (in place: window `A`).
+    Windows,
+    /// `Buffer` to `Buffer` (in place: buffer `C`).
+    Buffers,
+    /// Window to `Buffer`.
+    WindowToBuffer,
+    /// `Buffer` to window.
+    BufferToWindow,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum MemId {
+    A,
+    B,
+    C,
+    D,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    coll: Collective,
+    dt: DType,
+    /// `SYMCOMM_REDOP_*` (reductions only).
+    op: u32,
+    count: usize,
+    in_place: bool,
+    place: Place,
+    root: u32,
+    /// Element offsets of the send and receive ranges (in place: `soff` for both).
+    soff: usize,
+    doff: usize,
+    /// Pass the window / buffer from the offset to its end rather than exactly the range.
+    whole: bool,
+    salt: u64,
+}
+
+impl Case {
+    fn label(&self, n: u32) -> String {
+        format!(
+            "{} {} {} nranks={n} count={} root={} {} {:?} soff={} doff={} {} salt={:#x}",
+            self.coll.name(),
+            self.dt.name,
+            if is_reduction(self.coll) {
+                op_name(self.op)
+            } else {
+                "-"
+            },
+            self.count,
+            self.root,
+            if self.in_place {
+                "in-place"
+            } else {
+                "out-of-place"
+            },
+            self.place,
+            self.soff,
+            if self.in_place { self.soff } else { self.doff },
+            if self.whole { "whole" } else { "exact" },
+            self.salt
+        )
+    }
+
+    /// (send memory, recv memory); the same one in place.
+    fn mems(&self) -> (MemId, MemId) {
+        match (self.place, self.in_place) {
+            (Place::Windows, true) => (MemId::A, MemId::A),
+            (Place::Buffers, true) => (MemId::C, MemId::C),
+            (Place::Windows, false) => (MemId::A, MemId::B),
+            (Place::Buffers, false) => (MemId::C, MemId::D),
+            (Place::WindowToBuffer, _) => (MemId::A, MemId::D),
+            (Place::BufferToWindow, _) => (MemId::C, MemId::B),
+        }
+    }
+
+    /// Element offsets of this rank's send and receive ranges (NCCL's in-place conventions).
+    fn offsets(&self, rank: usize) -> (usize, usize) {
+        if !self.in_place {
+            return (self.soff, self.doff);
+        }
+        let (off, r) = (self.soff, rank * self.count);
+        match self.coll {
+            Collective::AllGather => (off + r, off),
+            Collective::ReduceScatter | Collective::Scatter => (off, off + r),
+            _ => (off, off),
+        }
+    }
+
+    /// Elements of each memory the case uses (up to the end of the guard).
+    fn spans(&self, n: usize) -> Vec<(MemId, usize)> {
+        let (sb, rb) = layout(self.coll, n);
+        let (s, r) = self.mems();
+        if s == r {
+            vec![(s, self.soff + sb.max(rb) * self.count + GUARD)]
+        } else {
+            vec![
+                (s, self.soff + sb * self.count + GUARD),
+                (r, self.doff + rb * self.count + GUARD),
+            ]
+        }
+    }
+
+    /// Bits of element `e` of `rank`'s send range.
+    fn input_bits(&self, n: u32, rank: u32, e: usize) -> u64 {
+        if is_reduction(self.coll) {
+            self.dt
+                .encode(input_exact(&self.dt, self.op, rank, n, e as u64, self.salt))
+        } else {
+            raw_bits(&self.dt, rank, e as u64, self.salt)
+        }
+    }
+
+    /// Bits of the reduction of element `e` of every rank's send range.
+    fn reduced_bits(&self, n: u32, e: usize) -> u64 {
+        let vals: Vec<_> = (0..n)
+            .map(|p| input_exact(&self.dt, self.op, p, n, e as u64, self.salt))
+            .collect();
+        self.dt.encode(reduce_vals(&self.dt, self.op, &vals))
+    }
+
+    /// Expected output of `rank`: (element index in its receive range, bits).
+    fn expected(&self, n: u32, rank: u32) -> Vec<(usize, u64)> {
+        let c = self.count;
+        let r = rank as usize;
+        let mut out = Vec::new();
+        for i in 0..c {
+            match self.coll {
+                Collective::AllReduce => out.push((i, self.reduced_bits(n, i))),
+                Collective::Reduce => {
+                    if rank == self.root {
+                        out.push((i, self.reduced_bits(n, i)));
+                    }
+                }
+                Collective::ReduceScatter => out.push((i, self.reduced_bits(n, r * c + i))),
+                Collective::Broadcast => out.push((i, self.input_bits(n, self.root, i))),
+                Collective::Scatter => out.push((i, self.input_bits(n, self.root, r * c + i))),
+                Collective::AllGather => {
+                    for p in 0..n {
+                        out.push((p as usize * c + i, self.input_bits(n, p, i)));
+                    }
+                }
+                _ => {
+                    for p in 0..n {
+                        out.push((p as usize * c + i, self.input_bits(n, p, r * c + i)));
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Smallest count of `dt` whose all-reduce the emulator model runs two-shot with `n` ranks.
+fn two_shot_count(n: u32, dt: &DType) -> Option<usize> {
+    let bytes = tune::all_reduce_crossover(n, BackendKind::Emu)?;
+    Some((bytes as usize).div_ceil(dt.size))
+}
+
+/// Rounds of the selection per group.
+const ROUNDS: usize = 2;
+
+/// The seeded selection of one group, [`ROUNDS`] times: every collective x dtype (x op for
+/// reductions), the count rotating through [`COUNTS`] per collective (so every collective meets
+/// every count), the other dimensions drawn; per round and dtype, one all-reduce (op rotating)
+/// at a count that selects two-shot.
+fn select_cases(n: u32, rng: &mut Rng) -> Vec<Case> {
+    let mut cases = Vec::new();
+    for round in 0..ROUNDS {
+        for coll in COLLS {
+            let first = rng.next() as usize;
+            let mut j = 0;
+            for (di, dt) in DTYPES.iter().enumerate() {
+                let ops: Vec<u32> = if is_reduction(coll) {
+                    OPS.iter().map(|o| o.0).collect()
+                } else {
+                    vec![0]
+                };
+                for op in ops {
+                    let mut count = COUNTS[(first + j) % COUNTS.len()];
+                    j += 1;
+                    if coll == Collective::AllReduce && op as usize == (di + 2 * round) % OPS.len()
+                    {
+                        if let Some(c) = two_shot_count(n, dt) {
+                            count = c + rng.pick(&[0, 1, 37]);
+                        }
+                    }
+                    let in_place = rng.next() % 2 == 0;
+                    let place = if in_place {
+                        rng.pick(&[Place::Windows, Place::Buffers])
+                    } else {
+                        rng.pick(&[
+                            Place::Windows,
+                            Place::Buffers,
+                            Place::WindowToBuffer,
+                            Place::BufferToWindow,
+                        ])
+                    };
+                    cases.push(Case {
+                        coll,
+                        dt: *dt,
+                        op,
+                        count,
+                        in_place,
+                        place,
+                        root: rng.pick(&[0, n - 1, n / 2]),
+                        soff: rng.pick(&OFFSETS),
+                        doff: rng.pick(&OFFSETS),
+                        whole: rng.next() % 2 == 0,
+                        salt: rng.next(),
+                    });
+                }
+            }
+        }
+    }
+    cases
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running a case on one rank.
+
+/// One rank's windows and buffers, each `cap` bytes.
+struct Mem<'c> {
+    a: Window<'c, u8>,
+    b: Window<'c, u8>,
+    c: Buffer,
+    d: Buffer,
+    cap: usize,
+}
+
+impl<'c> Mem<'c> {
+    fn new(comm: &'c Communicator, cap: usize) -> Mem<'c> {
+        Mem {
+            a: comm.alloc_window(cap).unwrap(),
+            b: comm.alloc_window(cap).unwrap(),
+            c: comm.alloc_buffer(cap).unwrap(),
+            d: comm.alloc_buffer(cap).unwrap(),
+            cap,
+        }
+    }
+
+    fn write(&self, m: MemId, bytes: &[u8]) -> symcomm::Result<()> {
+        match m {
+            MemId::A => self.a.write(0, bytes),
+            MemId::B => self.b.write(0, bytes),
+            MemId::C => self.c.write(0, bytes),
+            MemId::D => self.d.write(0, bytes),
+        }
+    }
+
+    fn read(&self, m: MemId, len: usize) -> symcomm::Result<Vec<u8>> {
+        let mut out = vec![0u8; len];
+        match m {
+            MemId::A => self.a.read(0, &mut out),
+            MemId::B => self.b.read(0, &mut out),
+            MemId::C => self.c.read(0, &mut out),
+            MemId::D => self.d.read(0, &mut out),
+        }?;
+        Ok(out)
+    }
+
+    /// Bytes `off..off + len` of `m` as a collective buffer; `whole`: from `off` to the end
+    /// (`&Window` / `&Buffer` themselves at offset 0).
+    fn buffer_ref(&self, m: MemId, off: usize, len: usize, whole: bool) -> BufferRef<'_> {
+        let len = if whole { self.cap - off } else { len };
+        match m {
+            MemId::A | MemId::B => {
+                let w = if m == MemId::A { &self.a } else { &self.b };
+                if whole && off == 0 {
+                    w.into()
+                } else {
+                    w.range(off, len).unwrap()
+                }
+            }
+            MemId::C | MemId::D => {
+                let b = if m == MemId::C { &self.c } else { &self.d };
+                if whole && off == 0 {
+                    b.into()
+                } else {
+                    assert!(off + len <= b.len());
+                    // SAFETY: `off..off + len` lies inside the buffer (checked), which outlives
+                    // the call and its synchronization in `run_case`; no other work uses it.
+                    unsafe { BufferRef::from_raw(b.addr() + off as u64, len as u64) }
+                }
+            }
+        }
+    }
+}
+
+/// What one rank saw of one case.
+#[derive(Default)]
+struct Outcome {
+    /// Output elements with other bits than expected.
+    wrong: u64,
+    /// Elements outside the output that changed.
+    clobbered: u64,
+    /// The first difference, or the error.
+    first: Option<String>,
+    /// The call or the communicator failed (the communicator may be broken).
+    error: bool,
+}
+
+/// Runs case `c` on this rank: inputs and canaries written, barrier, call, synchronize,
+/// check_error, read back and compare.
+fn run_case(comm: &Communicator, stream: &Stream, mem: &Mem<'_>, c: &Case) -> Outcome {
+    let n = comm.nranks();
+    let rank = comm.rank();
+    let size = c.dt.size;
+    let (sb, rb) = layout(c.coll, n as usize);
+    let (sm, rm) = c.mems();
+    let (so, ro) = c.offsets(rank as usize);
+    let spans = c.spans(n as usize);
+
+    // Canaries everywhere, then this rank's input.
+    let mut before: Vec<(MemId, Vec<u8>)> = spans
+        .iter()
+        .map(|&(m, len)| (m, vec![CANARY; len * size]))
+        .collect();
+    {
+        let sbytes = &mut before.iter_mut().find(|b| b.0 == sm).unwrap().1;
+        for e in 0..sb * c.count {
+            let bits = c.input_bits(n, rank, e).to_le_bytes();
+            let at = (so + e) * size;
+            sbytes[at..at + size].copy_from_slice(&bits[..size]);
+        }
+    }
+    // The expected contents: unchanged but for the output.
+    let mut after = before.clone();
+    let mut is_out: Vec<Vec<bool>> = spans.iter().map(|&(_, len)| vec![false; len]).collect();
+    let ri = after.iter().position(|b| b.0 == rm).unwrap();
+    for (e, bits) in c.expected(n, rank) {
+        let at = ro + e;
+        after[ri].1[at * size..(at + 1) * size].copy_from_slice(&bits.to_le_bytes()[..size]);
+        is_out[ri][at] = true;
+    }
+    let fail = |what: String| Outcome {
+        first: Some(what),
+        error: true,
+        ..Outcome::default()
+    };
+    for (m, bytes) in &before {
+        if let Err(e) = mem.write(*m, bytes) {
+            return fail(format!("writing the inputs: {e}"));
+        }
+    }
+    if let Err(e) = comm.barrier() {
+        return fail(format!("barrier: {e}"));
+    }
+
+    let send = mem.buffer_ref(sm, so * size, sb * c.count * size, c.whole);
+    let recv = mem.buffer_ref(rm, ro * size, rb * c.count * size, c.whole);
+    let (dt, op) = (c.dt.data_type(), red_op(c.op));
+    let called = match c.coll {
+        Collective::AllReduce => comm.all_reduce(send, recv, c.count, dt, op, stream),
+        Collective::Broadcast => comm.broadcast(send, recv, c.count, dt, c.root, stream),
+        Collective::Reduce => comm.reduce(send, recv, c.count, dt, op, c.root, stream),
+        Collective::AllGather => comm.all_gather(send, recv, c.count, dt, stream),
+        Collective::ReduceScatter => comm.reduce_scatter(send, recv, c.count, dt, op, stream),
+        Collective::Scatter => comm.scatter(send, recv, c.count, dt, c.root, stream),
+        _ => comm.all_to_all(send, recv, c.count, dt, stream),
+    };
+    if let Err(e) = called {
+        return fail(format!("the call failed: {e}"));
+    }
+    if let Err(e) = stream.synchronize().and_then(|()| comm.check_error()) {
+        return fail(format!("after the call: {e}"));
+    }
+
+    let mut o = Outcome::default();
+    for (k, (m, want)) in after.iter().enumerate() {
+        let got = match mem.read(*m, want.len()) {
+            Ok(g) => g,
+            Err(e) => return fail(format!("reading back: {e}")),
+        };
+        for e in 0..want.len() / size {
+            let (g, w) = (
+                &got[e * size..(e + 1) * size],
+                &want[e * size..(e + 1) * size],
+            );
+            if g == w {
+                continue;
+            }
+            let what = if is_out[k][e] {
+                &mut o.wrong
+            } else {
+                &mut o.clobbered
+            };
+            *what += 1;
+            if o.first.is_none() {
+                let hex = |b: &[u8]| {
+                    b.iter().rev().fold(String::new(), |mut s, x| {
+                        let _ = write!(s, "{x:02x}");
+                        s
+                    })
+                };
+                o.first = Some(format!(
+                    "rank {rank}: {:?} element {e} ({}) is 0x{}, expected 0x{}",
+                    m,
+                    if is_out[k][e] {
+                        "output"
+                    } else {
+                        "outside the output"
+                    },
+                    hex(g),
+                    hex(w)
+                ));
+            }
+        }
+    }
+    o
+}
+
+/// The algorithm checks of one rank: `algorithm_for(AllReduce, ..)` against the model
+/// (`SYMCOMM_ALGO`, when set, forces its choice); problems as text.
+fn check_algorithms(comm: &Communicator) -> Vec<String> {
+    let n = comm.nranks();
+    let forced = tune::algo_from_env().unwrap();
+    let forced_ar = forced.filter(|a| Algorithm::available(Collective::AllReduce).contains(a));
+    let mut bad = Vec::new();
+    let mut expect = |bytes: u64, model: Algorithm| {
+        let want = forced_ar.unwrap_or(model);
+        let got = comm.algorithm_for(Collective::AllReduce, bytes).unwrap();
+        let choose = tune::choose(Collective::AllReduce, bytes, n, BackendKind::Emu, forced);
+        if got != want || choose != want {
+            bad.push(format!(
+                "nranks={n}: all_reduce of {bytes} bytes: algorithm_for {}, tune::choose {}, \
+                 expected {}",
+                got.name(),
+                choose.name(),
+                want.name()
+            ));
+        }
+    };
+    match tune::all_reduce_crossover(n, BackendKind::Emu) {
+        None => {
+            // One rank: one-shot for every size.
+            assert_eq!(n, 1, "no crossover for {n} ranks");
+            expect(8, Algorithm::OneShot);
+            expect(tune::CROSSOVER_MAX_BYTES, Algorithm::OneShot);
+        }
+        Some(x) => {
+            expect(8, Algorithm::OneShot);
+            expect(x - 1, Algorithm::OneShot);
+            expect(x, Algorithm::TwoShot);
+            expect(tune::CROSSOVER_MAX_BYTES, Algorithm::TwoShot);
+        }
+    }
+    bad
+}
+
+/// One group: a communicator of `n` ranks runs the seeded selection back to back on one stream
+/// per rank; prints the group's line and panics with the failing cases.
+fn group(n: u32) {
+    let seed = seed();
+    let mut rng = Rng(seed ^ (u64::from(n) << 32));
+    let cases = select_cases(n, &mut rng);
+    let cap = cases
+        .iter()
+        .flat_map(|c| {
+            c.spans(n as usize)
+                .into_iter()
+                .map(|(_, len)| len * c.dt.size)
+        })
+        .max()
+        .unwrap()
+        .next_multiple_of(4096);
+    let two_shot = cases
+        .iter()
+        .filter(|c| {
+            c.coll == Collective::AllReduce
+                && n > 1
+                && tune::choose(
+                    Collective::AllReduce,
+                    (c.count * c.dt.size) as u64,
+                    n,
+                    BackendKind::Emu,
+                    None,
+                ) == Algorithm::TwoShot
+        })
+        .count();
+    let t = Instant::now();
+    let per_rank = with_ranks(n, |comm| {
+        let algo = check_algorithms(comm);
+        let stream = comm.create_stream().unwrap();
+        let mem = Mem::new(comm, cap);
+        let mut outs = Vec::with_capacity(cases.len());
+        for c in &cases {
+            let o = run_case(comm, &stream, &mem, c);
+            let stop = o.error;
+            outs.push(o);
+            if stop {
+                break;
+            }
+        }
+        (algo, outs)
+    });
+    let secs = t.elapsed().as_secs_f64();
+
+    let mut failures: Vec<String> = Vec::new();
+    let (mut wrong, mut clobbered, mut run) = (0u64, 0u64, usize::MAX);
+    for (r, (algo, outs)) in per_rank.iter().enumerate() {
+        failures.extend(algo.iter().map(|a| format!("rank {r}: {a}")));
+        run = run.min(outs.len());
+        for (c, o) in cases.iter().zip(outs) {
+            wrong += o.wrong;
+            clobbered += o.clobbered;
+            if o.wrong > 0 || o.clobbered > 0 || o.error {
+                failures.push(format!(
+                    "{}: #wrong {}, #clobbered {}: {}",
+                    c.label(n),
+                    o.wrong,
+                    o.clobbered,
+                    o.first.as_deref().unwrap_or("")
+                ));
+            }
+        }
+    }
+    println!(
+        "nranks={n}: {run} of {} cases ({two_shot} all-reduces of two-shot size), #wrong {wrong}, \
+         #clobbered {clobbered}, {secs:.1} s (buffers of {cap} bytes)",
+        cases.len()
+    );
+    for f in failures.iter().take(40) {
+        println!("FAIL {f}");
+    }
+    assert!(
+        failures.is_empty() && run == cases.len(),
+        "nranks={n}: {} failures (first: {}), {run} of {} cases run",
+        failures.len(),
+        failures.first().map_or("", String::as_str),
+        cases.len()
+    );
+}
+
+#[test]
+fn ranks_1() {
+    group(1);
+}
+
+#[test]
+fn ranks_2() {
+    group(2);
+}
+
+#[test]
+fn ranks_3() {
+    group(3);
+}
+
+#[test]
+fn ranks_4() {
+    group(4);
+}
+
+#[test]
+fn ranks_5() {
+    group(5);
+}
+
+#[test]
+fn ranks_8() {
+    group(8);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Large messages through the staging path.
+
+/// f32 input element `i` of `rank` of the large cases: small integers, so sums are exact.
+fn large_input(rank: u32, i: usize) -> f32 {
+    ((i * 7 + rank as usize * 13) % 5) as f32
+}
+
+/// A few million f32 elements of all-reduce (out of place and in place) and all-gather through
+/// `Buffer`s: the staging path in several chunks of `SYMCOMM_STAGING_BYTES` (4 MiB by default),
+/// with counts that are no multiple of a chunk, and the guard after every output unchanged.
+#[test]
+fn large_buffers_through_staging() {
+    const N: u32 = 3;
+    const AR: usize = 3_000_017;
+    const AG: usize = 1_000_003;
+    let staging = std::env::var("SYMCOMM_STAGING_BYTES")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(symcomm::comm::coll::DEFAULT_STAGING_BYTES as usize);
+    assert!(
+        AR * 4 > 2 * staging && AG * 4 * N as usize > 2 * staging,
+        "not several chunks"
+    );
+    let t = Instant::now();
+    let results = with_ranks(N, |comm| {
+        let rank = comm.rank();
+        let stream = comm.create_stream().unwrap();
+        let mut bad: Vec<String> = Vec::new();
+        let canary = f32::from_bits(0xA5A5_A5A5);
+        let check = |what: &str, got: &[f32], want: &dyn Fn(usize) -> f32, len: usize| {
+            let wrong = (0..len)
+                .filter(|&i| got[i].to_bits() != want(i).to_bits())
+                .count();
+            let clobbered = got[len..]
+                .iter()
+                .filter(|x| x.to_bits() != canary.to_bits())
+                .count();
+            (wrong > 0 || clobbered > 0)
+                .then(|| format!("rank {rank}: {what}: #wrong {wrong}, #clobbered {clobbered}"))
+        };
+        let sum = |i: usize| (0..N).map(|p| large_input(p, i)).sum::<f32>();
+
+        // All-reduce, out of place: send buffer, recv buffer with a guard.
+        let send = comm.alloc_buffer(AR * 4).unwrap();
+        let recv = comm.alloc_buffer((AR + GUARD) * 4).unwrap();
+        let input: Vec<f32> = (0..AR).map(|i| large_input(rank, i)).collect();
+        send.write(0, &input).unwrap();
+        recv.write(0, &vec![canary; AR + GUARD]).unwrap();
+        comm.barrier().unwrap();
+        comm.all_reduce(
+            &send,
+            &recv,
+            AR,
+            symcomm::DataType::F32,
+            symcomm::RedOp::Sum,
+            &stream,
+        )
+        .unwrap();
+        stream.synchronize().unwrap();
+        comm.check_error().unwrap();
+        let mut got = vec![0f32; AR + GUARD];
+        recv.read(0, &mut got).unwrap();
+        bad.extend(check(
+            "all_reduce f32 sum out of place (Buffers)",
+            &got,
+            &sum,
+            AR,
+        ));
+        let mut sent = vec![0f32; AR];
+        send.read(0, &mut sent).unwrap();
+        if sent != input {
+            bad.push(format!("rank {rank}: all_reduce changed its send buffer"));
+        }
+
+        // All-reduce in place, in the recv buffer (guard after it).
+        recv.write(0, &input).unwrap();
+        recv.write(AR, &[canary; GUARD]).unwrap();
+        comm.barrier().unwrap();
+        comm.all_reduce(
+            &recv,
+            &recv,
+            AR,
+            symcomm::DataType::F32,
+            symcomm::RedOp::Sum,
+            &stream,
+        )
+        .unwrap();
+        stream.synchronize().unwrap();
+        comm.check_error().unwrap();
+        recv.read(0, &mut got).unwrap();
+        bad.extend(check(
+            "all_reduce f32 sum in place (Buffer)",
+            &got,
+            &sum,
+            AR,
+        ));
+        drop((send, recv));
+
+        // All-gather, out of place.
+        let send = comm.alloc_buffer(AG * 4).unwrap();
+        let total = AG * N as usize;
+        let recv = comm.alloc_buffer((total + GUARD) * 4).unwrap();
+        let input: Vec<f32> = (0..AG).map(|i| large_input(rank, i)).collect();
+        send.write(0, &input).unwrap();
+        recv.write(0, &vec![canary; total + GUARD]).unwrap();
+        comm.barrier().unwrap();
+        comm.all_gather(&send, &recv, AG, symcomm::DataType::F32, &stream)
+            .unwrap();
+        stream.synchronize().unwrap();
+        comm.check_error().unwrap();
+        let mut got = vec![0f32; total + GUARD];
+        recv.read(0, &mut got).unwrap();
+        let gathered = |i: usize| large_input((i / AG) as u32, i % AG);
+        bad.extend(check(
+            "all_gather f32 out of place (Buffers)",
+            &got,
+            &gathered,
+            total,
+        ));
+        bad
+    });
+    println!(
+        "large: all_reduce {AR} and all_gather {AG} per rank of f32 on {N} ranks through \
+         Buffers: {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let bad: Vec<String> = results.into_iter().flatten().collect();
+    assert!(bad.is_empty(), "{bad:#?}");
+}
