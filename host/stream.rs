@@ -21,21 +21,32 @@
 //!   unusable; make a new one. Dropping an emulator stream waits for its queued work.
 //!
 //! Kernels are loaded once per backend with [`Kernel::load`] and take their parameters by value
-//! from a [`KernelArgs`] builder, whose values the stream keeps until the launch ran.
+//! from a [`KernelArgs`] builder, whose values the stream keeps until the launch ran. Besides
+//! kernels, a stream runs raw device copies and sets ([`Stream::copy_raw`],
+//! [`Stream::memset_raw`]) on ordinary device memory ([`Buffer`]) or windows.
+//!
+//! **Graphs**: between [`Stream::begin_capture`] and [`Stream::end_capture`] a stream records
+//! what is enqueued on it instead of running it; the resulting [`Graph`] replays the recorded
+//! work with one call ([`Graph::launch`]), as often as needed. On CUDA this is stream capture
+//! into a CUDA graph; on the emulator the recorded items are queued again on each launch. Kernels
+//! whose state lives in device memory (the built-in kernels keep their epochs there) continue
+//! across replays without host help.
 
+use std::alloc::Layout;
 use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::fmt;
+use std::ptr::NonNull;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::thread::JoinHandle;
+use std::thread::{JoinHandle, ThreadId};
 
 use symcomm_device::abi::{CollArgs, DevComm, ErrorRecord, WindowHandleRaw};
 use symcomm_device::emu::EmuEntry;
 use symcomm_device::image::DeviceImage;
 
 use crate::backend::Backend;
-use crate::backend::cuda::{self, CudaDevice, CudaModule};
-use crate::{Error, Result};
+use crate::backend::cuda::{self, CudaDevice, CudaModule, DeviceBuffer};
+use crate::{DevicePlain, Error, Result};
 
 // ---------------------------------------------------------------------------------------------
 // Kernel arguments
@@ -242,8 +253,9 @@ impl Kernel {
 // The emulator's queue
 // ---------------------------------------------------------------------------------------------
 
-/// Work queued on an emulator stream.
-type HostFn = Box<dyn FnOnce() -> Result<()> + Send + 'static>;
+/// Work queued on an emulator stream. `Fn` and shared, so that a graph can queue one recorded
+/// item again on every launch.
+type HostFn = Arc<dyn Fn() -> Result<()> + Send + Sync + 'static>;
 
 /// Name of emulator stream worker threads (what `/proc/<pid>/task/*/comm` shows).
 const WORKER_NAME: &str = "symcomm-stream";
@@ -279,15 +291,24 @@ impl Queue {
 
     /// Queues `item`, unless the stream has failed.
     fn push(&self, item: HostFn) -> Result<()> {
+        self.push_all(std::iter::once(item)).map(|_| ())
+    }
+
+    /// Queues `items` back to back (no other enqueue comes between them), unless the stream has
+    /// failed; returns the ticket of the last one (the current ticket if there are none).
+    fn push_all(&self, items: impl IntoIterator<Item = HostFn>) -> Result<u64> {
         let mut st = self.lock();
         if let Some((_, e)) = &st.error {
             return Err(replicate(e));
         }
-        st.items.push_back(item);
-        st.enqueued += 1;
+        for item in items {
+            st.items.push_back(item);
+            st.enqueued += 1;
+        }
+        let ticket = st.enqueued;
         drop(st);
         self.work.notify_one();
-        Ok(())
+        Ok(ticket)
     }
 
     /// The stream's error, if it failed.
@@ -340,7 +361,7 @@ impl Queue {
             };
             // After a failure later work is skipped (it may depend on the failed item) but still
             // counted, so that waiters on this stream finish.
-            let result = if failed { Ok(()) } else { run_item(item) };
+            let result = if failed { Ok(()) } else { run_item(&item) };
             let mut st = self.lock();
             st.completed = ticket;
             if let Err(e) = result {
@@ -355,8 +376,8 @@ impl Queue {
 
 /// Runs one queued item; a panic inside it becomes an error, so the worker lives on and waiters
 /// are released.
-fn run_item(item: HostFn) -> Result<()> {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(item)) {
+fn run_item(item: &HostFn) -> Result<()> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| item())) {
         Ok(result) => result,
         Err(payload) => {
             let what = payload
@@ -520,9 +541,14 @@ impl Drop for EmuStream {
 /// `Send + Sync`: any thread may enqueue; items enqueued from several threads at once run in the
 /// order the calls took effect. Dropping a stream waits for its queued work on the emulator; on
 /// CUDA it returns at once (the driver finishes queued work), and a wrapped external stream
-/// ([`Stream::from_cuda_raw`]) is left alive.
+/// ([`Stream::from_cuda_raw`]) is left alive. A capture still open when the stream drops is
+/// ended and its graph discarded.
 pub struct Stream {
     inner: StreamInner,
+    /// `Some` between [`Stream::begin_capture`] and [`Stream::end_capture`]. Held while work is
+    /// recorded (and, on CUDA, while a launch is captured), so that a capture cannot end halfway
+    /// through an enqueue.
+    capture: Mutex<Option<Capture>>,
 }
 
 enum StreamInner {
@@ -530,17 +556,60 @@ enum StreamInner {
     Emu(EmuStream),
 }
 
+/// What a capturing stream has recorded so far.
+struct Capture {
+    /// The thread that began the capture, the only one that may end it (CUDA's thread-local
+    /// capture mode, kept on the emulator so that programs behave the same on both).
+    thread: ThreadId,
+    /// Emulator: the recorded items, in order.
+    items: Vec<HostFn>,
+    /// CUDA: the modules of the recorded launches, which the graph keeps loaded.
+    modules: Vec<Arc<CudaModule>>,
+}
+
+impl Capture {
+    fn keep(&mut self, module: &Arc<CudaModule>) {
+        if !self.modules.iter().any(|m| Arc::ptr_eq(m, module)) {
+            self.modules.push(Arc::clone(module));
+        }
+    }
+}
+
 impl fmt::Debug for Stream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Before the queue lock: the capture lock is always taken first.
+        let capturing = self.is_capturing();
         match &self.inner {
-            StreamInner::Cuda(s) => f.debug_tuple("Stream::Cuda").field(s).finish(),
+            StreamInner::Cuda(s) => f
+                .debug_struct("Stream::Cuda")
+                .field("stream", s)
+                .field("capturing", &capturing)
+                .finish(),
             StreamInner::Emu(e) => {
                 let st = e.queue.lock();
                 f.debug_struct("Stream::Emu")
                     .field("enqueued", &st.enqueued)
                     .field("completed", &st.completed)
                     .field("failed", &st.error.is_some())
+                    .field("capturing", &capturing)
                     .finish()
+            }
+        }
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        let open = self
+            .capture
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let (Some(_), StreamInner::Cuda(s)) = (open, &self.inner) {
+            // The driver's capture must end before the stream is destroyed; the graph is
+            // discarded (recorded emulator items simply drop).
+            if let Err(e) = s.end_capture() {
+                tracing::warn!(target: "symcomm::stream", error = %e, "capture of a dropped stream not ended");
             }
         }
     }
@@ -557,7 +626,10 @@ impl Stream {
             Backend::Cuda(device) => StreamInner::Cuda(device.create_stream()?),
             Backend::Emu => StreamInner::Emu(EmuStream::new()?),
         };
-        Ok(Stream { inner })
+        Ok(Stream {
+            inner,
+            capture: Mutex::new(None),
+        })
     }
 
     /// Wraps an existing `CUstream` of `device`'s primary context without owning it: dropping the
@@ -576,6 +648,7 @@ impl Stream {
         let stream = unsafe { device.wrap_stream(handle) };
         Stream {
             inner: StreamInner::Cuda(stream),
+            capture: Mutex::new(None),
         }
     }
 
@@ -602,10 +675,52 @@ impl Stream {
         matches!(self.inner, StreamInner::Emu(_))
     }
 
-    /// Enqueues `kernel` with `config` and `args`, and returns without waiting for it to run.
+    /// An identity for per-stream bookkeeping: two `Stream` values alive at the same time have
+    /// the same key exactly when they enqueue to the same underlying stream (the same `CUstream`
+    /// of one GPU — 0 for the legacy default stream — or the same emulator queue). A key may be
+    /// reused once its stream is gone.
+    pub fn key(&self) -> usize {
+        match &self.inner {
+            StreamInner::Cuda(s) => s.raw() as usize,
+            StreamInner::Emu(e) => Arc::as_ptr(&e.queue).expose_provenance(),
+        }
+    }
+
+    fn capture(&self) -> MutexGuard<'_, Option<Capture>> {
+        // Only this module's short critical sections hold the lock; after a panic inside one
+        // the capture state is still consistent.
+        self.capture.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Refuses `what` while the stream is capturing.
+    fn not_capturing(&self, what: &str) -> Result<()> {
+        if self.is_capturing() {
+            return Err(Error::InvalidArgument(format!(
+                "{what} is not allowed while the stream is capturing a graph (end_capture first)"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Emulator: queues `item`, or records it while the stream is capturing. Either way a
+    /// failed stream refuses it with its sticky error.
+    fn submit(&self, emu: &EmuStream, item: HostFn) -> Result<()> {
+        let mut capture = self.capture();
+        match capture.as_mut() {
+            Some(c) => {
+                emu.queue.sticky()?;
+                c.items.push(item);
+                Ok(())
+            }
+            None => emu.queue.push(item),
+        }
+    }
+
+    /// Enqueues `kernel` with `config` and `args`, and returns without waiting for it to run
+    /// (while capturing: records it).
     ///
     /// The argument values are copied (CUDA) or kept by the stream (emulator), so `args` may be
-    /// dropped or changed once this returns.
+    /// dropped or changed once this returns; a captured launch keeps them for every replay.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty grid or block, or a kernel loaded for another
@@ -619,7 +734,8 @@ impl Stream {
     /// `args` holds exactly the kernel's parameters, in order and with their types, and every
     /// device address the kernel reaches through them (windows, signal areas, result buffers)
     /// stays valid until the launch has finished — until this stream is synchronized (or an
-    /// event recorded after the launch completed).
+    /// event recorded after the launch completed). While capturing: until the last launch of
+    /// the resulting [`Graph`] has finished.
     pub unsafe fn launch(
         &self,
         kernel: &Kernel,
@@ -641,23 +757,28 @@ impl Stream {
             (StreamInner::Cuda(stream), KernelCode::Cuda(module)) => {
                 let func = module.function(kernel.name)?;
                 let mut ptrs = args.pointers();
+                let mut capture = self.capture();
                 // SAFETY: `ptrs` points into `args`, alive for this call, one pointer per
                 // parameter (this function's contract); the driver copies the values before
                 // returning and never writes through them. Device addresses stay valid until the
                 // launch finished (contract).
-                unsafe { stream.launch(&func, grid, block, shared_bytes, &mut ptrs) }
+                unsafe { stream.launch(&func, grid, block, shared_bytes, &mut ptrs) }?;
+                if let Some(c) = capture.as_mut() {
+                    c.keep(module);
+                }
+                Ok(())
             }
             (StreamInner::Emu(emu), &KernelCode::Emu(entry)) => {
                 let name = kernel.name;
                 let args = args.clone();
                 tracing::debug!(target: "symcomm::stream", kernel = name, ?grid, ?block, shared_bytes, "enqueue emulator launch");
-                emu.queue.push(Box::new(move || {
+                let item: HostFn = Arc::new(move || {
                     let mut ptrs = args.pointers();
                     // SAFETY: `ptrs` points into `args`, owned by this closure for the whole
                     // blocking launch and read only by the kernel entry; that the values match
                     // the kernel's parameters and that the device addresses stay valid until the
-                    // launch finished is the contract of `Stream::launch`, whose caller
-                    // synchronizes before freeing them.
+                    // launch (or the last replay of a graph that recorded it) finished is the
+                    // contract of `Stream::launch`.
                     unsafe {
                         symcomm_device::emu::launch(
                             name,
@@ -669,7 +790,8 @@ impl Stream {
                         )
                     }?;
                     Ok(())
-                }))
+                });
+                self.submit(emu, item)
             }
             (StreamInner::Cuda(_), KernelCode::Emu(_)) => Err(Error::InvalidArgument(format!(
                 "kernel {} was loaded for the emulator, the stream is a CUDA stream",
@@ -682,19 +804,111 @@ impl Stream {
         }
     }
 
+    /// Enqueues a copy of `bytes` bytes from device address `src` to device address `dst`, in
+    /// stream order, and returns without waiting (while capturing: records it). 0 bytes enqueue
+    /// nothing. CUDA: `cuMemcpyDtoDAsync`; emulator: a queued `memcpy` of host memory (device
+    /// addresses are host addresses there: [`Buffer::addr`], window and team addresses).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a null address, a range past the end of the address
+    /// space, or overlapping ranges; nothing is enqueued then. [`Error::Cuda`]; the sticky
+    /// error of a failed emulator stream.
+    ///
+    /// # Safety
+    /// `[dst, dst + bytes)` and `[src, src + bytes)` are device memory of the stream's backend
+    /// (on CUDA, of its GPU or memory it can reach) and stay valid until the copy has finished
+    /// (while capturing: until the last launch of the resulting [`Graph`] has finished); no
+    /// other work writes either range, or reads the destination, while the copy runs.
+    pub unsafe fn copy_raw(&self, dst: u64, src: u64, bytes: u64) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        let n = raw_range("copy_raw destination", dst, bytes)?;
+        raw_range("copy_raw source", src, bytes)?;
+        // Neither end overflows (checked above).
+        if dst < src + bytes && src < dst + bytes {
+            return Err(Error::InvalidArgument(format!(
+                "copy_raw of {bytes} bytes between overlapping ranges at {dst:#x} and {src:#x}"
+            )));
+        }
+        match &self.inner {
+            // SAFETY: forwarded from this function's contract; the ranges do not overlap
+            // (checked above).
+            StreamInner::Cuda(s) => unsafe { s.copy_raw(dst, src, n) },
+            StreamInner::Emu(emu) => self.submit(
+                emu,
+                Arc::new(move || {
+                    // SAFETY: both ranges are `n` bytes of live host memory that nothing else
+                    // accesses while the copy runs (this function's contract), and they do not
+                    // overlap (checked); the addresses came from pointers whose provenance was
+                    // exposed when they were turned into integers.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            std::ptr::with_exposed_provenance::<u8>(src as usize),
+                            std::ptr::with_exposed_provenance_mut::<u8>(dst as usize),
+                            n,
+                        );
+                    }
+                    Ok(())
+                }),
+            ),
+        }
+    }
+
+    /// Enqueues setting `bytes` bytes at device address `dst` to `byte`, in stream order, and
+    /// returns without waiting (while capturing: records it). 0 bytes enqueue nothing. CUDA:
+    /// `cuMemsetD8Async`; emulator: a queued `memset` of host memory.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a null address or a range past the end of the address
+    /// space; [`Error::Cuda`]; the sticky error of a failed emulator stream.
+    ///
+    /// # Safety
+    /// As for [`Self::copy_raw`], for the one range `[dst, dst + bytes)`.
+    pub unsafe fn memset_raw(&self, dst: u64, byte: u8, bytes: u64) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        let n = raw_range("memset_raw destination", dst, bytes)?;
+        match &self.inner {
+            // SAFETY: forwarded from this function's contract.
+            StreamInner::Cuda(s) => unsafe { s.memset_raw(dst, byte, n) },
+            StreamInner::Emu(emu) => self.submit(
+                emu,
+                Arc::new(move || {
+                    // SAFETY: the range is `n` bytes of live host memory that nothing else
+                    // accesses while the set runs (this function's contract); the address came
+                    // from a pointer whose provenance was exposed.
+                    unsafe {
+                        std::ptr::write_bytes(
+                            std::ptr::with_exposed_provenance_mut::<u8>(dst as usize),
+                            byte,
+                            n,
+                        );
+                    }
+                    Ok(())
+                }),
+            ),
+        }
+    }
+
     /// Enqueues a host function that runs in stream order (after everything queued before it,
     /// before everything queued after it), on the emulator's worker thread. An `Err` (or a
     /// panic) fails the stream like a failed launch. Emulator only: the staging copies and
     /// bookkeeping of emulator collectives.
     ///
+    /// While capturing, the function is recorded and runs once per launch of the resulting
+    /// [`Graph`] (never during the capture) — hence `Fn`: keep state that must change from run
+    /// to run behind a lock or an atomic.
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] on a CUDA stream; the sticky error of a failed emulator stream.
     pub fn enqueue_host<F>(&self, f: F) -> Result<()>
     where
-        F: FnOnce() -> Result<()> + Send + 'static,
+        F: Fn() -> Result<()> + Send + Sync + 'static,
     {
         match &self.inner {
-            StreamInner::Emu(emu) => emu.queue.push(Box::new(f)),
+            StreamInner::Emu(emu) => self.submit(emu, Arc::new(f)),
             StreamInner::Cuda(_) => Err(Error::InvalidArgument(
                 "host functions can only be enqueued on emulator streams".to_owned(),
             )),
@@ -704,9 +918,12 @@ impl Stream {
     /// Blocks until all work enqueued on this stream so far has finished.
     ///
     /// # Errors
-    /// The first failure of the stream's work: on CUDA [`Error::Cuda`] (a kernel fault); on the
-    /// emulator the sticky error (a refused launch, a failed host function or wait).
+    /// [`Error::InvalidArgument`] while the stream is capturing (on CUDA the driver would
+    /// invalidate the capture). The first failure of the stream's work: on CUDA [`Error::Cuda`]
+    /// (a kernel fault); on the emulator the sticky error (a refused launch, a failed host
+    /// function or wait).
     pub fn synchronize(&self) -> Result<()> {
+        self.not_capturing("synchronize")?;
         match &self.inner {
             StreamInner::Cuda(s) => s.synchronize(),
             StreamInner::Emu(emu) => {
@@ -720,8 +937,9 @@ impl Stream {
     /// Whether all work enqueued so far has finished, without blocking (a host watchdog's poll).
     ///
     /// # Errors
-    /// As [`Self::synchronize`].
+    /// As [`Self::synchronize`] (so [`Error::InvalidArgument`] while capturing).
     pub fn is_idle(&self) -> Result<bool> {
+        self.not_capturing("is_idle")?;
         match &self.inner {
             StreamInner::Cuda(s) => s.is_idle(),
             StreamInner::Emu(emu) => {
@@ -738,8 +956,10 @@ impl Stream {
     /// finished.
     ///
     /// # Errors
-    /// [`Error::Cuda`]; on the emulator, the sticky error of a failed stream.
+    /// [`Error::InvalidArgument`] while the stream is capturing; [`Error::Cuda`]; on the
+    /// emulator, the sticky error of a failed stream.
     pub fn record_event(&self) -> Result<Event> {
+        self.not_capturing("record_event")?;
         let inner = match &self.inner {
             StreamInner::Cuda(s) => EventInner::Cuda(s.record_event()?),
             StreamInner::Emu(emu) => {
@@ -763,9 +983,11 @@ impl Stream {
     /// stream fails with the same error.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when `event` comes from a stream of the other backend;
-    /// [`Error::Cuda`]; the sticky error of a failed emulator stream.
+    /// [`Error::InvalidArgument`] when `event` comes from a stream of the other backend, or
+    /// while this stream is capturing; [`Error::Cuda`]; the sticky error of a failed emulator
+    /// stream.
     pub fn wait_event(&self, event: &Event) -> Result<()> {
+        self.not_capturing("wait_event")?;
         match (&self.inner, &event.inner) {
             (StreamInner::Cuda(s), EventInner::Cuda(e)) => s.wait_event(e),
             (StreamInner::Emu(emu), EventInner::Emu { queue, ticket }) => {
@@ -774,12 +996,428 @@ impl Stream {
                     return emu.queue.sticky();
                 }
                 let (other, ticket) = (Arc::clone(queue), *ticket);
-                emu.queue.push(Box::new(move || other.wait_for(ticket)))
+                emu.queue.push(Arc::new(move || other.wait_for(ticket)))
             }
             _ => Err(Error::InvalidArgument(
                 "an event of one backend cannot order a stream of the other (CUDA / emulator)"
                     .to_owned(),
             )),
+        }
+    }
+
+    /// Starts capturing: from now on [`Self::launch`], [`Self::copy_raw`],
+    /// [`Self::memset_raw`], [`Self::enqueue_host`] and [`Graph::launch`] on this stream record
+    /// their work instead of running it, until [`Self::end_capture`] turns the record into a
+    /// [`Graph`]. Work enqueued before this call runs as usual. While capturing,
+    /// [`Self::synchronize`], [`Self::is_idle`], [`Self::record_event`] and
+    /// [`Self::wait_event`] are refused. An enqueue refused while capturing (an empty grid, ...)
+    /// returns its error at once and records nothing; the capture goes on.
+    ///
+    /// The capture belongs to the calling thread: only it may end it. On CUDA this is
+    /// `cuStreamBeginCapture` in `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`, so until the capture ends
+    /// that thread must not make calls the driver forbids during a capture — synchronous copies
+    /// such as [`Buffer::write`] / [`Buffer::read`], synchronizing the device or another stream
+    /// (the driver returns `CUDA_ERROR_STREAM_CAPTURE_*` and invalidates the capture, which
+    /// [`Self::end_capture`] then reports).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the stream is already capturing; the sticky error of a
+    /// failed emulator stream; [`Error::Cuda`] (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` for the
+    /// legacy default stream, or a stream another library is capturing).
+    pub fn begin_capture(&self) -> Result<()> {
+        let mut capture = self.capture();
+        if capture.is_some() {
+            return Err(Error::InvalidArgument(
+                "begin_capture: the stream is already capturing a graph".to_owned(),
+            ));
+        }
+        match &self.inner {
+            StreamInner::Cuda(s) => s.begin_capture()?,
+            StreamInner::Emu(emu) => emu.queue.sticky()?,
+        }
+        *capture = Some(Capture {
+            thread: std::thread::current().id(),
+            items: Vec::new(),
+            modules: Vec::new(),
+        });
+        Ok(())
+    }
+
+    /// Ends the capture begun by [`Self::begin_capture`] on this thread and returns what was
+    /// recorded as a [`Graph`] (on CUDA: `cuStreamEndCapture` + `cuGraphInstantiateWithFlags`).
+    /// The stream then runs work as usual again. Nothing recorded has run.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the stream is not capturing, or when called on another
+    /// thread than the one that began the capture (the capture goes on then). On CUDA,
+    /// [`Error::Cuda`] when the driver invalidated the capture (`CUDA_ERROR_STREAM_CAPTURE_*`:
+    /// an operation it forbids happened during the capture) or cannot instantiate the graph;
+    /// the capture has ended then.
+    pub fn end_capture(&self) -> Result<Graph> {
+        let mut capture = self.capture();
+        let recorded = match capture.take() {
+            None => {
+                return Err(Error::InvalidArgument(
+                    "end_capture: the stream is not capturing (begin_capture first)".to_owned(),
+                ));
+            }
+            Some(c) if c.thread != std::thread::current().id() => {
+                *capture = Some(c);
+                return Err(Error::InvalidArgument(
+                    "end_capture must be called on the thread that called begin_capture; the \
+                     capture goes on"
+                        .to_owned(),
+                ));
+            }
+            Some(c) => c,
+        };
+        let inner = match &self.inner {
+            StreamInner::Cuda(s) => GraphInner::Cuda {
+                exec: s.end_capture()?,
+                modules: recorded.modules,
+            },
+            StreamInner::Emu(_) => GraphInner::Emu {
+                items: recorded.items,
+                last: Mutex::new(None),
+            },
+        };
+        Ok(Graph { inner })
+    }
+
+    /// Whether the stream is capturing (between [`Self::begin_capture`] and
+    /// [`Self::end_capture`]).
+    pub fn is_capturing(&self) -> bool {
+        self.capture().is_some()
+    }
+}
+
+/// The address range `[addr, addr + bytes)` of a raw copy or set as a length in bytes; refuses
+/// null addresses and ranges past the end of the address space. `bytes` is not 0.
+fn raw_range(what: &str, addr: u64, bytes: u64) -> Result<usize> {
+    let end = addr.checked_add(bytes);
+    match (addr, end, usize::try_from(bytes)) {
+        (1.., Some(_), Ok(n)) => Ok(n),
+        _ => Err(Error::InvalidArgument(format!(
+            "{what}: {bytes} bytes at {addr:#x} is not a valid address range"
+        ))),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Graphs
+// ---------------------------------------------------------------------------------------------
+
+/// Work recorded on a [`Stream`] between [`Stream::begin_capture`] and [`Stream::end_capture`],
+/// replayed with [`Graph::launch`] on any stream of the same backend (and, on CUDA, GPU).
+///
+/// Each launch runs the recorded items once more, in the recorded order, as one unit in the
+/// target stream's order: after the work enqueued before it, before the work enqueued after it.
+/// Runs of one graph never overlap: a launch also waits for the previous launch of the same graph
+/// on another stream (as CUDA orders launches of one executable graph). Kernel arguments, copy
+/// and set addresses are the recorded ones; state that must change from run to run lives in
+/// device memory (as the built-in kernels' epochs do) or behind the host functions' own locks.
+///
+/// - **CUDA**: an instantiated CUDA graph (`cuGraphLaunch`); it keeps the recorded kernels'
+///   modules loaded. Dropping it destroys the executable graph (the driver defers that until
+///   a running launch completed) and the graph; drop it only after its launches have finished if
+///   no [`Kernel`] keeps their modules loaded.
+/// - **Emulator**: the recorded items, queued again on each launch; a running launch keeps them
+///   alive, so the graph may drop at any time. A recorded item that fails fails the stream it
+///   runs on (its sticky error), as queued work does.
+///
+/// `Send + Sync`: it may be launched from any thread.
+pub struct Graph {
+    inner: GraphInner,
+}
+
+enum GraphInner {
+    Cuda {
+        /// Declared first: destroyed before the modules its kernel nodes use are unloaded.
+        exec: cuda::Graph,
+        modules: Vec<Arc<CudaModule>>,
+    },
+    Emu {
+        items: Vec<HostFn>,
+        /// The queue and ticket of the last item of the previous launch.
+        last: Mutex<Option<(Arc<Queue>, u64)>>,
+    },
+}
+
+impl fmt::Debug for Graph {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.inner {
+            GraphInner::Cuda { exec, .. } => f.debug_tuple("Graph::Cuda").field(exec).finish(),
+            GraphInner::Emu { items, .. } => f
+                .debug_struct("Graph::Emu")
+                .field("items", &items.len())
+                .finish(),
+        }
+    }
+}
+
+impl Graph {
+    /// Enqueues one run of the recorded work on `stream` and returns without waiting; on a
+    /// capturing stream the run is recorded (on CUDA as a child graph). What the recorded work
+    /// touches must still be valid (the contracts of [`Stream::launch`] and
+    /// [`Stream::copy_raw`] extend to every launch of the graph).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `stream` belongs to the other backend (or, on CUDA,
+    /// another GPU); [`Error::Cuda`]; the sticky error of a failed emulator stream.
+    pub fn launch(&self, stream: &Stream) -> Result<()> {
+        match (&self.inner, &stream.inner) {
+            (GraphInner::Cuda { exec, modules }, StreamInner::Cuda(s)) => {
+                let mut capture = stream.capture();
+                s.launch_graph(exec)?;
+                if let Some(c) = capture.as_mut() {
+                    for m in modules {
+                        c.keep(m);
+                    }
+                }
+                Ok(())
+            }
+            (GraphInner::Emu { items, last }, StreamInner::Emu(emu)) => {
+                let mut capture = stream.capture();
+                if let Some(c) = capture.as_mut() {
+                    emu.queue.sticky()?;
+                    c.items.extend(items.iter().cloned());
+                    return Ok(());
+                }
+                let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
+                let wait: Option<HostFn> = match &*last {
+                    Some((queue, ticket)) if !Arc::ptr_eq(queue, &emu.queue) => {
+                        let (queue, ticket) = (Arc::clone(queue), *ticket);
+                        Some(Arc::new(move || queue.wait_for(ticket)))
+                    }
+                    // Never launched, or last on this stream: in-order execution suffices.
+                    _ => None,
+                };
+                let ticket = emu
+                    .queue
+                    .push_all(wait.into_iter().chain(items.iter().cloned()))?;
+                *last = Some((Arc::clone(&emu.queue), ticket));
+                Ok(())
+            }
+            _ => Err(Error::InvalidArgument(
+                "a graph of one backend cannot run on a stream of the other (CUDA / emulator)"
+                    .to_owned(),
+            )),
+        }
+    }
+
+    /// Recorded items: on the emulator every recorded launch, copy, set and host function (a
+    /// graph launched during the capture adds its items); on CUDA the graph's node count (a
+    /// graph launched during the capture is one child-graph node).
+    pub fn len(&self) -> usize {
+        match &self.inner {
+            GraphInner::Cuda { exec, .. } => exec.node_count(),
+            GraphInner::Emu { items, .. } => items.len(),
+        }
+    }
+
+    /// Whether nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Buffers
+// ---------------------------------------------------------------------------------------------
+
+/// Alignment of emulator buffers (CUDA allocations are at least this aligned too).
+const BUFFER_ALIGN: usize = 256;
+
+/// Ordinary (not symmetric) device memory of one backend, zeroed at allocation and freed on
+/// drop: a GPU allocation (`cuMemAlloc`) on CUDA, 256-byte-aligned host memory on the emulator.
+/// Kernels, [`Stream::copy_raw`] and [`Stream::memset_raw`] reach it through [`Self::addr`].
+///
+/// [`Self::write`] and [`Self::read`] are synchronous host copies that do not wait for any
+/// stream: the caller orders them against device work that uses the buffer (synchronize those
+/// streams first), and must not free the buffer while such work may still run. On CUDA they
+/// must not be called on a thread that is capturing a stream ([`Stream::begin_capture`]).
+///
+/// `Send + Sync`.
+pub struct Buffer {
+    inner: BufferInner,
+}
+
+enum BufferInner {
+    Cuda(DeviceBuffer),
+    Emu(HostMemory),
+}
+
+/// Zeroed, [`BUFFER_ALIGN`]-aligned host memory, addressed by emulated kernels through raw
+/// addresses (so only ever accessed through raw pointers, never references).
+struct HostMemory {
+    ptr: NonNull<u8>,
+    layout: Layout,
+}
+
+// SAFETY: the allocation is owned by this value and only reached through raw pointers, from any
+// thread (as device memory is); ordering those accesses is the callers' contract.
+unsafe impl Send for HostMemory {}
+// SAFETY: as for Send; `&self` methods copy through raw pointers.
+unsafe impl Sync for HostMemory {}
+
+impl HostMemory {
+    fn new(bytes: usize) -> Result<Self> {
+        let layout = Layout::from_size_align(bytes, BUFFER_ALIGN).map_err(|_| {
+            Error::InvalidArgument(format!("{bytes} bytes is too large for a buffer"))
+        })?;
+        // SAFETY: the layout has a non-zero size (callers refuse 0 bytes).
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(ptr).ok_or_else(|| Error::Io {
+            what: format!("allocating a {bytes}-byte emulator buffer"),
+            source: std::io::ErrorKind::OutOfMemory.into(),
+        })?;
+        Ok(HostMemory { ptr, layout })
+    }
+}
+
+impl Drop for HostMemory {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout, freed exactly once.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+    }
+}
+
+impl fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = if self.is_emu() {
+            "Buffer::Emu"
+        } else {
+            "Buffer::Cuda"
+        };
+        f.debug_struct(kind)
+            .field("addr", &format_args!("{:#x}", self.addr()))
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl Buffer {
+    /// Allocates `bytes` bytes of zeroed device memory for `backend`
+    /// ([`CudaDevice::alloc_zeroed`] on CUDA; aligned host memory on the emulator). The address
+    /// is at least 256-byte aligned.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for 0 bytes (or a size the platform cannot describe);
+    /// [`Error::Cuda`] (`CUDA_ERROR_OUT_OF_MEMORY`); [`Error::Io`] when host memory is exhausted.
+    pub fn new(backend: &Backend, bytes: usize) -> Result<Buffer> {
+        if bytes == 0 {
+            return Err(Error::InvalidArgument(
+                "a buffer needs at least one byte".to_owned(),
+            ));
+        }
+        let inner = match backend {
+            Backend::Cuda(device) => BufferInner::Cuda(device.alloc_zeroed(bytes)?),
+            Backend::Emu => BufferInner::Emu(HostMemory::new(bytes)?),
+        };
+        Ok(Buffer { inner })
+    }
+
+    /// The device address of the first byte (on the emulator a host address), for kernel
+    /// arguments and raw copies. Valid while `self` lives.
+    pub fn addr(&self) -> u64 {
+        match &self.inner {
+            BufferInner::Cuda(b) => b.device_ptr(),
+            // Exposed: emulated kernels and raw copies turn the integer back into a pointer.
+            BufferInner::Emu(m) => m.ptr.as_ptr().expose_provenance() as u64,
+        }
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        match &self.inner {
+            BufferInner::Cuda(b) => b.len(),
+            BufferInner::Emu(m) => m.layout.size(),
+        }
+    }
+
+    /// Always `false`: buffers hold at least one byte.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether this is emulator (host) memory.
+    pub fn is_emu(&self) -> bool {
+        matches!(self.inner, BufferInner::Emu(_))
+    }
+
+    /// The CUDA allocation underneath; `None` on the emulator.
+    pub fn as_cuda(&self) -> Option<&DeviceBuffer> {
+        match &self.inner {
+            BufferInner::Cuda(b) => Some(b),
+            BufferInner::Emu(_) => None,
+        }
+    }
+
+    /// Byte offset and length of elements `offset_elems..offset_elems + count` of type `T`.
+    fn byte_range<T>(&self, offset_elems: usize, count: usize) -> Result<(usize, usize)> {
+        let size = std::mem::size_of::<T>();
+        offset_elems
+            .checked_mul(size)
+            .zip(count.checked_mul(size))
+            .filter(|&(offset, len)| offset.checked_add(len).is_some_and(|end| end <= self.len()))
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "{count} elements of {size} bytes at element {offset_elems} exceed a \
+                     {}-byte buffer",
+                    self.len()
+                ))
+            })
+    }
+
+    /// Copies `data` into the buffer starting at element `offset_elems` (in units of `T`) and
+    /// waits for the copy. See the type's docs for ordering against device work.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the range exceeds the buffer; [`Error::Cuda`].
+    pub fn write<T: DevicePlain>(&self, offset_elems: usize, data: &[T]) -> Result<()> {
+        let (offset, len) = self.byte_range::<T>(offset_elems, data.len())?;
+        match &self.inner {
+            BufferInner::Cuda(b) => b.write(offset, data),
+            BufferInner::Emu(m) => {
+                // SAFETY: `offset + len` is within the allocation (checked); the source is `len`
+                // initialized bytes (DevicePlain: no padding) of a slice that cannot overlap
+                // memory only reached through raw pointers; no device work touches the range
+                // meanwhile (the type's contract).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        data.as_ptr().cast::<u8>(),
+                        m.ptr.as_ptr().add(offset),
+                        len,
+                    );
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Copies elements `offset_elems..offset_elems + out.len()` (in units of `T`) into `out`
+    /// and waits for the copy. See the type's docs for ordering against device work.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the range exceeds the buffer; [`Error::Cuda`].
+    pub fn read<T: DevicePlain>(&self, offset_elems: usize, out: &mut [T]) -> Result<()> {
+        let (offset, len) = self.byte_range::<T>(offset_elems, out.len())?;
+        match &self.inner {
+            BufferInner::Cuda(b) => b.read(offset, out),
+            BufferInner::Emu(m) => {
+                // SAFETY: `offset + len` is within the allocation (checked) and initialized
+                // (zeroed at allocation); `out` has room for `len` bytes, and any bytes are a
+                // valid `T` (DevicePlain); no device work writes the range meanwhile (the type's
+                // contract).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        m.ptr.as_ptr().add(offset),
+                        out.as_mut_ptr().cast::<u8>(),
+                        len,
+                    );
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -1261,6 +1899,464 @@ mod tests {
         );
     }
 
+    /// A gate for a host item: the returned function blocks until the sender is dropped (also
+    /// when a failing test unwinds, so a held stream never hangs the test).
+    fn gate() -> (
+        std::sync::mpsc::Sender<()>,
+        impl Fn() + Send + Sync + 'static,
+    ) {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let rx = Mutex::new(rx);
+        (tx, move || {
+            let _ = rx.lock().unwrap().recv();
+        })
+    }
+
+    /// A buffer's u32 words `offset..offset + N`.
+    fn words<const N: usize>(buf: &Buffer, offset: usize) -> [u32; N] {
+        let mut out = [0u32; N];
+        buf.read(offset, &mut out).unwrap();
+        out
+    }
+
+    fn emu_queue(stream: &Stream) -> &Arc<Queue> {
+        match &stream.inner {
+            StreamInner::Emu(e) => &e.queue,
+            StreamInner::Cuda(_) => panic!("not an emulator stream"),
+        }
+    }
+
+    fn is_invalid(r: Result<impl fmt::Debug>, needle: &str) {
+        match r {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains(needle), "{m:?} lacks {needle:?}"),
+            other => panic!("expected InvalidArgument({needle:?}), got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn raw_copies_and_sets_run_in_stream_order() {
+        let _g = serial();
+        let mut team = LocalTeam::new(1, 64).unwrap();
+        let kernel = Kernel::load(&Backend::Emu, &DEVICE_IMAGE, PING_PONG).unwrap();
+        let stream = Stream::new(&Backend::Emu).unwrap();
+        let a = Arc::new(Buffer::new(&Backend::Emu, 64).unwrap());
+        let b = Buffer::new(&Backend::Emu, 64).unwrap();
+        let result = Buffer::new(&Backend::Emu, 16).unwrap();
+        let pattern: [u32; 16] = std::array::from_fn(|i| i as u32 + 1);
+        // The host item holds the stream until the test has checked that nothing ran yet.
+        let (release, gate) = gate();
+        {
+            let a = Arc::clone(&a);
+            stream
+                .enqueue_host(move || {
+                    gate();
+                    a.write(0, &pattern)
+                })
+                .unwrap();
+        }
+        // SAFETY: all ranges lie inside `a`, `b` and `result`, which outlive the stream's work
+        // (synchronized below); nothing else touches them meanwhile.
+        unsafe {
+            stream.copy_raw(b.addr(), a.addr(), 64).unwrap();
+            stream.memset_raw(a.addr() + 16, 0xab, 16).unwrap();
+            // Set the result words to garbage: the kernel must overwrite them (it needs them
+            // zeroed, which the next set does).
+            stream.memset_raw(result.addr(), 0xff, 12).unwrap();
+            stream.memset_raw(result.addr(), 0, 12).unwrap();
+        }
+        assert!(
+            !stream.is_idle().unwrap(),
+            "the copies wait for the host item"
+        );
+        assert_eq!(
+            words::<16>(&b, 0),
+            [0; 16],
+            "enqueued copies return without running"
+        );
+        drop(release);
+        let args = KernelArgs::new()
+            .arg(&team.dev_comm(0, 20_000_000_000))
+            .arg(&team.window(0))
+            .arg(&3u32)
+            .arg(&16u32)
+            .arg(&result.addr());
+        // SAFETY: the arguments match symcomm_ping_pong; the team and `result` outlive the
+        // launch (synchronized below).
+        unsafe { stream.launch(&kernel, LaunchConfig::linear(1, 4), &args) }.unwrap();
+        // After the kernel: its result lands in `b`'s last 12 bytes.
+        // SAFETY: as above.
+        unsafe { stream.copy_raw(b.addr() + 52, result.addr(), 12) }.unwrap();
+        // Zero bytes: nothing is enqueued, not even for a null address.
+        let before = emu_queue(&stream).lock().enqueued;
+        // SAFETY: nothing is accessed.
+        unsafe {
+            stream.copy_raw(0, 0, 0).unwrap();
+            stream.memset_raw(0, 1, 0).unwrap();
+        }
+        assert_eq!(emu_queue(&stream).lock().enqueued, before);
+        stream.synchronize().unwrap();
+
+        // `b` got the pattern written by the host item (not the zeros before it), then the
+        // kernel's result; the set after the copy did not reach `b`.
+        let mut expect_b = pattern;
+        expect_b[13..].copy_from_slice(&[SYMCOMM_STATUS_OK, 0, 3]);
+        assert_eq!(words::<16>(&b, 0), expect_b);
+        let mut a_bytes = [0u8; 64];
+        a.read(0, &mut a_bytes).unwrap();
+        for (i, &byte) in a_bytes.iter().enumerate() {
+            let want = if (16..32).contains(&i) {
+                0xab
+            } else {
+                pattern[i / 4].to_ne_bytes()[i % 4]
+            };
+            assert_eq!(byte, want, "byte {i} of a");
+        }
+        assert_eq!(words::<3>(&result, 0), [SYMCOMM_STATUS_OK, 0, 3]);
+
+        // Refused before anything is queued; the stream stays usable.
+        // SAFETY: every call is refused before it touches memory.
+        unsafe {
+            is_invalid(stream.copy_raw(a.addr(), a.addr() + 8, 16), "overlapping");
+            is_invalid(stream.copy_raw(a.addr() + 8, a.addr(), 9), "overlapping");
+            is_invalid(stream.copy_raw(0, a.addr(), 4), "copy_raw destination");
+            is_invalid(stream.copy_raw(a.addr(), 0, 4), "copy_raw source");
+            is_invalid(
+                stream.memset_raw(u64::MAX - 2, 0, 4),
+                "memset_raw destination",
+            );
+        }
+        assert_eq!(emu_queue(&stream).lock().enqueued, before);
+        // Adjacent ranges do not overlap.
+        // SAFETY: both ranges lie inside `a`; synchronized below.
+        unsafe { stream.copy_raw(a.addr() + 8, a.addr(), 8) }.unwrap();
+        stream.synchronize().unwrap();
+        assert_eq!(words::<4>(&a, 0), [1, 2, 1, 2]);
+    }
+
+    #[test]
+    fn buffers_round_trip_and_check_bounds() {
+        is_invalid(Buffer::new(&Backend::Emu, 0), "at least one byte");
+        let buf = Buffer::new(&Backend::Emu, 100).unwrap();
+        assert!(buf.is_emu() && buf.as_cuda().is_none());
+        assert_eq!((buf.len(), buf.is_empty()), (100, false));
+        assert_eq!(buf.addr() % 256, 0, "{buf:?}");
+        let mut bytes = [1u8; 100];
+        buf.read(0, &mut bytes).unwrap();
+        assert_eq!(bytes, [0; 100], "zeroed at allocation");
+
+        buf.write(3, &[7u32, 8, 9]).unwrap();
+        assert_eq!(words::<5>(&buf, 2), [0, 7, 8, 9, 0]);
+        let mut b = [0u8; 4];
+        buf.read(16, &mut b).unwrap();
+        assert_eq!(b, 8u32.to_ne_bytes(), "element offsets are in units of T");
+        // u64 element 5: bytes 40..48.
+        buf.write(5, &[u64::MAX - 1]).unwrap();
+        let mut w = [0u64; 1];
+        buf.read(5, &mut w).unwrap();
+        assert_eq!(w, [u64::MAX - 1]);
+        let ne = (u64::MAX - 1).to_ne_bytes();
+        let halves = [0, 4].map(|i| u32::from_ne_bytes(ne[i..i + 4].try_into().unwrap()));
+        assert_eq!(words::<3>(&buf, 9), [0, halves[0], halves[1]]);
+
+        // The last element fits; one more does not; nothing is written by a refused call.
+        buf.write(24, &[5u32]).unwrap();
+        is_invalid(buf.write(24, &[5u32, 6]), "exceed a 100-byte buffer");
+        is_invalid(buf.read(25, &mut [0u32; 1]), "exceed");
+        is_invalid(buf.write(usize::MAX, &[1u16]), "exceed");
+        is_invalid(buf.read(usize::MAX / 2, &mut [0u64; 1]), "exceed");
+        buf.write::<u32>(25, &[]).unwrap();
+        assert_eq!(words::<2>(&buf, 23), [0, 5]);
+    }
+
+    /// Appends `tag` to `log` when run.
+    fn log_item(
+        log: &Arc<Mutex<Vec<&'static str>>>,
+        tag: &'static str,
+    ) -> impl Fn() -> Result<()> + Send + Sync + 'static {
+        let log = Arc::clone(log);
+        move || {
+            log.lock().unwrap().push(tag);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn graphs_replay_recorded_work_and_kernel_epochs_continue() {
+        let _g = serial();
+        let (rounds, words_per_round, replays) = (3u32, 32u32, 20usize);
+        let mut team = LocalTeam::new(2, u64::from(words_per_round) * 4).unwrap();
+        let kernel = Kernel::load(&Backend::Emu, &DEVICE_IMAGE, PING_PONG).unwrap();
+        let streams = [
+            Stream::new(&Backend::Emu).unwrap(),
+            Stream::new(&Backend::Emu).unwrap(),
+        ];
+        // Per rank: the kernel's result words, a snapshot of them, and what each run of the
+        // host item saw: (result, snapshot).
+        let results: Vec<Arc<Buffer>> = (0..2)
+            .map(|_| Arc::new(Buffer::new(&Backend::Emu, 12).unwrap()))
+            .collect();
+        let snapshots: Vec<Arc<Buffer>> = (0..2)
+            .map(|_| Arc::new(Buffer::new(&Backend::Emu, 12).unwrap()))
+            .collect();
+        type Seen = Arc<Mutex<Vec<([u32; 3], [u32; 3])>>>;
+        let seen: Vec<Seen> = (0..2).map(|_| Seen::default()).collect();
+        let config = LaunchConfig::linear(1, 32);
+        let mut graphs = Vec::new();
+        for (rank, stream) in streams.iter().enumerate() {
+            let (result, snapshot) = (&results[rank], &snapshots[rank]);
+            assert!(!stream.is_capturing());
+            stream.begin_capture().unwrap();
+            assert!(stream.is_capturing());
+            {
+                let (seen, result, snapshot) = (
+                    Arc::clone(&seen[rank]),
+                    Arc::clone(result),
+                    Arc::clone(snapshot),
+                );
+                stream
+                    .enqueue_host(move || {
+                        let r = words::<3>(&result, 0);
+                        let s = words::<3>(&snapshot, 0);
+                        seen.lock().unwrap().push((r, s));
+                        Ok(())
+                    })
+                    .unwrap();
+            }
+            let args = ping_pong_args_at(&mut team, rank as u32, rounds, words_per_round, result);
+            // SAFETY: the ranges lie in this rank's result and snapshot buffers, and the
+            // arguments match symcomm_ping_pong; buffers and team outlive every launch of the
+            // graph (the streams are synchronized before anything drops).
+            unsafe {
+                stream.copy_raw(snapshot.addr(), result.addr(), 12).unwrap();
+                stream.memset_raw(result.addr(), 0, 12).unwrap();
+                stream.launch(&kernel, config, &args).unwrap();
+            }
+            let graph = stream.end_capture().unwrap();
+            assert!(!stream.is_capturing());
+            assert_eq!(graph.len(), 4);
+            assert!(!graph.is_empty());
+            assert!(format!("{graph:?}").contains("items: 4"), "{graph:?}");
+            graphs.push(graph);
+        }
+        // Recording ran nothing.
+        std::thread::sleep(Duration::from_millis(20));
+        for (rank, stream) in streams.iter().enumerate() {
+            assert!(stream.is_idle().unwrap());
+            assert_eq!(emu_queue(stream).lock().enqueued, 0);
+            assert!(seen[rank].lock().unwrap().is_empty());
+        }
+
+        for _ in 0..replays {
+            for (graph, stream) in graphs.iter().zip(&streams) {
+                graph.launch(stream).unwrap();
+            }
+        }
+        for s in &streams {
+            s.synchronize().unwrap();
+        }
+        let ok = [SYMCOMM_STATUS_OK, 0, rounds];
+        for rank in 0..2 {
+            let seen = seen[rank].lock().unwrap();
+            assert_eq!(seen.len(), replays, "rank {rank}: host item runs");
+            // Run k's host item sees run k-1's kernel result (the set before each kernel and the
+            // kernel's own bounded waits ran in order) and run k-2's result in the snapshot
+            // (copied before the set).
+            for (k, &(r, s)) in seen.iter().enumerate() {
+                let want_r = if k >= 1 { ok } else { [0; 3] };
+                let want_s = if k >= 2 { ok } else { [0; 3] };
+                assert_eq!(
+                    (r, s),
+                    (want_r, want_s),
+                    "rank {rank} run {k}: (result, snapshot)"
+                );
+            }
+            assert_eq!(words::<3>(&results[rank], 0), ok, "rank {rank}: last run");
+            assert_eq!(words::<3>(&snapshots[rank], 0), ok);
+        }
+        // 20 runs of 3 rounds each continued the epochs: one more plain launch per rank, after
+        // the replays, still pairs up.
+        for (rank, stream) in streams.iter().enumerate() {
+            // SAFETY: as above.
+            unsafe { stream.memset_raw(results[rank].addr(), 0, 12) }.unwrap();
+            let args = ping_pong_args_at(
+                &mut team,
+                rank as u32,
+                rounds,
+                words_per_round,
+                &results[rank],
+            );
+            // SAFETY: as above.
+            unsafe { stream.launch(&kernel, config, &args) }.unwrap();
+        }
+        for (rank, stream) in streams.iter().enumerate() {
+            stream.synchronize().unwrap();
+            assert_eq!(words::<3>(&results[rank], 0), ok);
+        }
+    }
+
+    fn ping_pong_args_at(
+        team: &mut LocalTeam,
+        rank: u32,
+        rounds: u32,
+        words: u32,
+        result: &Buffer,
+    ) -> KernelArgs {
+        KernelArgs::new()
+            .arg(&team.dev_comm(rank, 20_000_000_000))
+            .arg(&team.window(rank))
+            .arg(&rounds)
+            .arg(&words)
+            .arg(&result.addr())
+    }
+
+    #[test]
+    fn capture_misuse_is_refused_and_the_stream_works_after() {
+        let _g = serial();
+        let stream = Stream::new(&Backend::Emu).unwrap();
+        let other = Stream::new(&Backend::Emu).unwrap();
+        let kernel = Kernel::load(&Backend::Emu, &DEVICE_IMAGE, PING_PONG).unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        is_invalid(stream.end_capture(), "not capturing");
+
+        stream.enqueue_host(log_item(&log, "before")).unwrap();
+        stream.begin_capture().unwrap();
+        is_invalid(stream.begin_capture(), "already capturing");
+        is_invalid(stream.synchronize(), "synchronize is not allowed while");
+        is_invalid(stream.is_idle(), "is_idle");
+        is_invalid(stream.record_event(), "record_event");
+        let event = other.record_event().unwrap();
+        is_invalid(stream.wait_event(&event), "wait_event");
+        // SAFETY: refused before queueing or recording.
+        is_invalid(
+            unsafe { stream.launch(&kernel, LaunchConfig::linear(0, 1), &KernelArgs::new()) },
+            "empty launch",
+        );
+        // Only the thread that began the capture may end it.
+        std::thread::scope(|s| {
+            s.spawn(|| is_invalid(stream.end_capture(), "the thread that called begin_capture"))
+                .join()
+                .unwrap();
+        });
+        assert!(stream.is_capturing(), "refusals do not end the capture");
+        stream.enqueue_host(log_item(&log, "recorded")).unwrap();
+        let graph = stream.end_capture().unwrap();
+        assert_eq!(graph.len(), 1);
+        is_invalid(stream.end_capture(), "not capturing");
+
+        // The stream works as before; the recorded item ran only when the graph was launched.
+        stream.enqueue_host(log_item(&log, "after")).unwrap();
+        stream.synchronize().unwrap();
+        assert_eq!(*log.lock().unwrap(), ["before", "after"]);
+        graph.launch(&stream).unwrap();
+        stream.record_event().unwrap().synchronize().unwrap();
+        assert_eq!(*log.lock().unwrap(), ["before", "after", "recorded"]);
+
+        // An empty capture gives an empty graph.
+        stream.begin_capture().unwrap();
+        let empty = stream.end_capture().unwrap();
+        assert!(empty.is_empty());
+        empty.launch(&stream).unwrap();
+        stream.synchronize().unwrap();
+
+        // A stream dropped while capturing discards the record.
+        let dropped = Stream::new(&Backend::Emu).unwrap();
+        dropped.begin_capture().unwrap();
+        dropped.enqueue_host(log_item(&log, "never")).unwrap();
+        drop(dropped);
+        assert_eq!(log.lock().unwrap().len(), 3);
+    }
+
+    #[test]
+    fn graph_launches_are_ordered_across_streams_and_nest() {
+        let _g = serial();
+        let a = Stream::new(&Backend::Emu).unwrap();
+        let b = Stream::new(&Backend::Emu).unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        a.begin_capture().unwrap();
+        {
+            let item = log_item(&log, "g");
+            a.enqueue_host(move || {
+                std::thread::sleep(Duration::from_millis(60));
+                item()
+            })
+            .unwrap();
+        }
+        let graph = a.end_capture().unwrap();
+
+        // The launch on `b` waits for the one on `a`: the two runs do not overlap.
+        let start = Instant::now();
+        graph.launch(&a).unwrap();
+        graph.launch(&b).unwrap();
+        b.enqueue_host(log_item(&log, "b")).unwrap();
+        b.synchronize().unwrap();
+        assert!(
+            start.elapsed() >= Duration::from_millis(120),
+            "runs of one graph overlapped: {:?}",
+            start.elapsed()
+        );
+        assert_eq!(*log.lock().unwrap(), ["g", "g", "b"]);
+        a.synchronize().unwrap();
+
+        // A graph launched during a capture is recorded into the new graph, in order.
+        b.begin_capture().unwrap();
+        b.enqueue_host(log_item(&log, "x")).unwrap();
+        graph.launch(&b).unwrap();
+        b.enqueue_host(log_item(&log, "y")).unwrap();
+        let outer = b.end_capture().unwrap();
+        assert_eq!(outer.len(), 3);
+        log.lock().unwrap().clear();
+        outer.launch(&a).unwrap();
+        outer.launch(&a).unwrap();
+        a.synchronize().unwrap();
+        assert_eq!(*log.lock().unwrap(), ["x", "g", "y", "x", "g", "y"]);
+    }
+
+    #[test]
+    fn a_failed_replay_fails_the_stream() {
+        let _g = serial();
+        let stream = Stream::new(&Backend::Emu).unwrap();
+        let runs = Arc::new(AtomicU32::new(0));
+        stream.begin_capture().unwrap();
+        {
+            let runs = Arc::clone(&runs);
+            stream
+                .enqueue_host(move || {
+                    if runs.fetch_add(1, Ordering::SeqCst) == 2 {
+                        return Err(Error::InvalidArgument("third run".into()));
+                    }
+                    Ok(())
+                })
+                .unwrap();
+        }
+        let graph = stream.end_capture().unwrap();
+        // Hold the stream until every launch is queued: launches after the failure is known are
+        // refused (checked below).
+        let (release, gate) = gate();
+        stream
+            .enqueue_host(move || {
+                gate();
+                Ok(())
+            })
+            .unwrap();
+        for _ in 0..5 {
+            graph.launch(&stream).unwrap();
+        }
+        drop(release);
+        let e = stream.synchronize().unwrap_err();
+        assert_eq!(e.to_string(), "invalid argument: third run");
+        assert_eq!(runs.load(Ordering::SeqCst), 3, "later runs are skipped");
+        // Sticky: further launches and captures are refused with the same error.
+        assert_eq!(
+            graph.launch(&stream).unwrap_err().to_string(),
+            e.to_string()
+        );
+        assert_eq!(
+            stream.begin_capture().unwrap_err().to_string(),
+            e.to_string()
+        );
+        assert!(!stream.is_capturing());
+    }
+
     #[test]
     fn streams_events_and_kernels_are_send_and_sync() {
         fn check<T: Send + Sync>() {}
@@ -1268,6 +2364,8 @@ mod tests {
         check::<Event>();
         check::<Kernel>();
         check::<KernelArgs>();
+        check::<Buffer>();
+        check::<Graph>();
         fn send<T: Send>() {}
         send::<KernelArgs>();
     }

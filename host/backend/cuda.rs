@@ -12,8 +12,9 @@
 //!   fallback when the build had no nvcc, or the fatbin has no code for the GPU).
 //! - Running kernels: [`CudaDevice`] (one GPU's primary context) loads [`CudaModule`]s, allocates
 //!   [`DeviceBuffer`]s and creates [`Stream`]s; [`Stream::launch`] takes `void**` arguments like
-//!   `cuLaunchKernel` (and like [`super::emu::launch`]); [`Event`]s order streams. The
-//!   backend-independent `crate::stream::Stream` builds on these.
+//!   `cuLaunchKernel` (and like [`super::emu::launch`]); [`Event`]s order streams; a stream's
+//!   work can be captured into a [`Graph`] and replayed. The backend-independent
+//!   `crate::stream::Stream` builds on these.
 //!
 //! Every CUDA failure becomes [`Error::Cuda`] with the call and the CUDA error name
 //! (`cuModuleLoadDataEx failed: CUDA_ERROR_INVALID_IMAGE`). The driver API is thread-safe; every
@@ -63,6 +64,7 @@ const DRIVER_SYMBOLS: &[&str] = &[
     "cuMemcpyHtoD_v2",
     "cuMemcpyDtoH_v2",
     "cuMemcpyDtoDAsync_v2",
+    "cuMemsetD8Async",
     "cuStreamCreate",
     "cuStreamDestroy_v2",
     "cuStreamSynchronize",
@@ -74,6 +76,13 @@ const DRIVER_SYMBOLS: &[&str] = &[
     "cuEventQuery",
     "cuEventDestroy_v2",
     "cuLaunchKernel",
+    "cuStreamBeginCapture_v2",
+    "cuStreamEndCapture",
+    "cuGraphGetNodes",
+    "cuGraphInstantiateWithFlags",
+    "cuGraphLaunch",
+    "cuGraphExecDestroy",
+    "cuGraphDestroy",
 ];
 
 /// Optional libcuda entry point (driver 12.4+): the kernel's parameter layout, used to check the
@@ -1120,6 +1129,133 @@ impl Stream {
         })
     }
 
+    /// Enqueues a copy of `bytes` bytes from device address `src` to device address `dst`
+    /// (`cuMemcpyDtoDAsync`) and returns without waiting. 0 bytes enqueue nothing.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] (`CUDA_ERROR_INVALID_VALUE` for an address the driver does not know).
+    ///
+    /// # Safety
+    /// `[dst, dst + bytes)` and `[src, src + bytes)` are device memory of this GPU (or memory it
+    /// can reach), do not overlap, and stay allocated until the copy has finished (while
+    /// capturing: until the last launch of the captured graph has finished); no other work
+    /// writes either range, or reads the destination, while the copy runs.
+    pub unsafe fn copy_raw(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        self.ctx.bind()?;
+        // SAFETY: the context is current and the stream live; the ranges are valid device memory
+        // until the copy finished (this function's contract).
+        check("cuMemcpyDtoDAsync_v2", unsafe {
+            dsys::cuMemcpyDtoDAsync_v2(dst, src, bytes, self.stream)
+        })
+    }
+
+    /// Enqueues setting `bytes` bytes at device address `dst` to `byte` (`cuMemsetD8Async`) and
+    /// returns without waiting. 0 bytes enqueue nothing.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`].
+    ///
+    /// # Safety
+    /// As for [`Self::copy_raw`], for the one range `[dst, dst + bytes)`.
+    pub unsafe fn memset_raw(&self, dst: u64, byte: u8, bytes: usize) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        self.ctx.bind()?;
+        // SAFETY: the context is current and the stream live; the range is valid device memory
+        // until the set finished (this function's contract).
+        check("cuMemsetD8Async", unsafe {
+            dsys::cuMemsetD8Async(dst, byte, bytes, self.stream)
+        })
+    }
+
+    /// Starts capturing this stream (`cuStreamBeginCapture`, `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`):
+    /// work enqueued from now on is recorded into a graph instead of running, until
+    /// [`Self::end_capture`] — which must be called on the same thread. While the capture lasts,
+    /// this thread must not make calls the driver considers unsafe during a capture
+    /// (synchronous copies such as [`DeviceBuffer::write`], `cuCtxSynchronize`, synchronizing or
+    /// querying this stream); the driver refuses them and invalidates the capture.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`]: `CUDA_ERROR_ILLEGAL_STATE` when the stream is already capturing,
+    /// `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` for the legacy default stream.
+    pub fn begin_capture(&self) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: the context is current and the stream live.
+        check("cuStreamBeginCapture_v2", unsafe {
+            dsys::cuStreamBeginCapture_v2(
+                self.stream,
+                dsys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
+        })
+    }
+
+    /// Ends the capture begun with [`Self::begin_capture`] (`cuStreamEndCapture`) and
+    /// instantiates what was recorded (`cuGraphInstantiateWithFlags`, no flags). The capture
+    /// ends even when this fails.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`]: `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED` when an operation during the
+    /// capture was refused, `CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD` from another thread than
+    /// the one that began it (the capture goes on then), `CUDA_ERROR_ILLEGAL_STATE` when the
+    /// stream is not capturing; a failed instantiation.
+    pub fn end_capture(&self) -> Result<Graph> {
+        self.ctx.bind()?;
+        let mut graph = Graph {
+            ctx: Arc::clone(&self.ctx),
+            graph: ptr::null_mut(),
+            exec: ptr::null_mut(),
+            nodes: 0,
+        };
+        // SAFETY: the context is current and the stream live; the out-pointer is a field of a
+        // live local, which owns (and destroys) the graph from now on.
+        check("cuStreamEndCapture", unsafe {
+            dsys::cuStreamEndCapture(self.stream, &mut graph.graph)
+        })?;
+        if graph.graph.is_null() {
+            return Err(cuda_error(
+                "cuStreamEndCapture",
+                dsys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+            ));
+        }
+        // SAFETY: `graph.graph` is a live graph; a null node array asks for the count only,
+        // written to a live field.
+        check("cuGraphGetNodes", unsafe {
+            dsys::cuGraphGetNodes(graph.graph, ptr::null_mut(), &mut graph.nodes)
+        })?;
+        // SAFETY: the context is current; `graph.graph` is a live graph; the out-pointer is a
+        // live field, destroyed by `Graph::drop`.
+        check("cuGraphInstantiateWithFlags", unsafe {
+            dsys::cuGraphInstantiateWithFlags(&mut graph.exec, graph.graph, 0)
+        })?;
+        Ok(graph)
+    }
+
+    /// Enqueues one run of `graph` (`cuGraphLaunch`) and returns without waiting. Runs of one
+    /// graph never overlap: each is ordered after the previous work of this stream and after
+    /// the previous run of `graph`, on whichever stream. On a capturing stream the run is
+    /// recorded (as a child graph).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a graph of another GPU; [`Error::Cuda`].
+    pub fn launch_graph(&self, graph: &Graph) -> Result<()> {
+        if graph.ctx.ctx != self.ctx.ctx {
+            return Err(Error::InvalidArgument(format!(
+                "a graph of GPU {} launched on a stream of GPU {}",
+                graph.ctx.ordinal, self.ctx.ordinal
+            )));
+        }
+        self.ctx.bind()?;
+        // SAFETY: the context is current; the executable graph and the stream are live handles
+        // of it.
+        check("cuGraphLaunch", unsafe {
+            dsys::cuGraphLaunch(graph.exec, self.stream)
+        })
+    }
+
     /// Blocks until all work enqueued on this stream has finished.
     ///
     /// # Errors
@@ -1269,6 +1405,60 @@ impl Drop for Stream {
         let r = unsafe { dsys::cuStreamDestroy_v2(self.stream) };
         if r != dsys::CUresult::CUDA_SUCCESS {
             tracing::warn!(target: "symcomm::cuda", error = ?r, "cuStreamDestroy failed");
+        }
+    }
+}
+
+/// An executable CUDA graph: the work captured on a [`Stream`] ([`Stream::end_capture`]),
+/// instantiated; launched with [`Stream::launch_graph`]. Dropping it destroys the executable
+/// graph (`cuGraphExecDestroy`; the driver defers that until a running launch completed) and
+/// the graph (`cuGraphDestroy`).
+#[derive(Debug)]
+pub struct Graph {
+    ctx: Arc<Context>,
+    /// Null until the capture ended.
+    graph: dsys::CUgraph,
+    /// Null until the graph was instantiated.
+    exec: dsys::CUgraphExec,
+    /// Nodes of the graph (`cuGraphGetNodes`).
+    nodes: usize,
+}
+
+// SAFETY: graph handles may be used from any thread (thread-safe driver API); the context is made
+// current before each use.
+unsafe impl Send for Graph {}
+// SAFETY: as for Send; `&self` methods only launch (the driver orders launches of one graph).
+unsafe impl Sync for Graph {}
+
+impl Graph {
+    /// Nodes of the graph (kernel launches, copies, sets; a graph launched during the capture
+    /// counts as one child-graph node).
+    pub fn node_count(&self) -> usize {
+        self.nodes
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        if let Err(e) = self.ctx.bind() {
+            tracing::warn!(target: "symcomm::cuda", error = %e, "graph not destroyed");
+            return;
+        }
+        if !self.exec.is_null() {
+            // SAFETY: the executable graph was instantiated in this context and is destroyed
+            // exactly once; a running launch of it completes first (driver semantics).
+            let r = unsafe { dsys::cuGraphExecDestroy(self.exec) };
+            if r != dsys::CUresult::CUDA_SUCCESS {
+                tracing::warn!(target: "symcomm::cuda", error = ?r, "cuGraphExecDestroy failed");
+            }
+        }
+        if !self.graph.is_null() {
+            // SAFETY: the graph came from cuStreamEndCapture and is destroyed exactly once; the
+            // executable graph made from it no longer depends on it.
+            let r = unsafe { dsys::cuGraphDestroy(self.graph) };
+            if r != dsys::CUresult::CUDA_SUCCESS {
+                tracing::warn!(target: "symcomm::cuda", error = ?r, "cuGraphDestroy failed");
+            }
         }
     }
 }
