@@ -107,6 +107,12 @@ pub const TUNABLES: &[Tunable] = &[
         secret: false,
     },
     Tunable {
+        name: "SYMCOMM_STAGING_BYTES",
+        default: "4194304",
+        help: "bytes of each staging window (2 per stream) for non-window buffers and send/recv",
+        secret: false,
+    },
+    Tunable {
         name: "SYMCOMM_SOCKET_IFNAME",
         default: "(route to root)",
         help: "interface (name or prefix) for bootstrap sockets",

@@ -13,11 +13,14 @@ mod error;
 pub mod image;
 pub mod log;
 pub mod stream;
+pub mod tune;
 
 pub use backend::cuda::DevicePlain;
 pub use bootstrap::UniqueId;
-pub use comm::{CommOptions, Communicator, Device, Window, WindowHandle};
+pub use comm::{
+    BufferRef, CommOptions, Communicator, DataType, Device, P2pGroup, RedOp, Window, WindowHandle,
+};
 pub use error::{BootstrapErrorKind, Error, Result};
 pub use image::DEVICE_IMAGE;
-pub use stream::{Event, Kernel, KernelArg, KernelArgs, LaunchConfig, Stream};
+pub use stream::{Buffer, Event, Graph, Kernel, KernelArg, KernelArgs, LaunchConfig, Stream};
 pub use symcomm_device::abi;

@@ -47,6 +47,10 @@ pub const SYMCOMM_COLL_ALL_TO_ALL: u32 = 7;
 pub const SYMCOMM_COLL_COUNT: u32 = 8;
 pub const SYMCOMM_SCOPE_GRID: u32 = 0;
 pub const SYMCOMM_SCOPE_CTA: u32 = 1;
+pub const SYMCOMM_P2P_MAX_OPS: u32 = 32;
+pub const SYMCOMM_P2P_FIRST_SLOT: u32 = 251;
+pub const SYMCOMM_USER_BARRIER_FIRST: u32 = 128;
+pub const SYMCOMM_USER_BARRIER_END: u32 = 187;
 #[doc = " Device handle of a communicator (one per rank), passed to kernels by value.\n\n Signal area: rank r's signal array lives at `signal_base + r * signal_stride` (flat layout, every\n rank's array is addressable by every rank). Inside a rank's array, the slots written by peer p\n are `[p * signal_slots, (p + 1) * signal_slots)`, each a `uint64_t` that only grows (epochs are\n never reset in place, so back-to-back launches and graph replay stay correct)."]
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -198,4 +202,48 @@ const _: () = {
         [::core::mem::offset_of!(CollArgs, tile_stride) - 48usize];
     ["Offset of field: CollArgs::src"][::core::mem::offset_of!(CollArgs, src) - 56usize];
     ["Offset of field: CollArgs::dst"][::core::mem::offset_of!(CollArgs, dst) - 88usize];
+};
+#[doc = " One send or receive of `symcomm_sendrecv`: `bytes` bytes at device address `addr` (the\n  user's buffer, any device memory) to or from rank `peer`."]
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct P2pOp {
+    #[doc = " Device address of the data (send: read; receive: written)."]
+    pub addr: u64,
+    #[doc = " Bytes; the matching operation on the peer must have the same count."]
+    pub bytes: u64,
+    #[doc = " The other rank."]
+    pub peer: u32,
+    #[doc = " 1: send to `peer`; 0: receive from `peer`."]
+    pub is_send: u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of P2pOp"][::core::mem::size_of::<P2pOp>() - 24usize];
+    ["Alignment of P2pOp"][::core::mem::align_of::<P2pOp>() - 8usize];
+    ["Offset of field: P2pOp::addr"][::core::mem::offset_of!(P2pOp, addr) - 0usize];
+    ["Offset of field: P2pOp::bytes"][::core::mem::offset_of!(P2pOp, bytes) - 8usize];
+    ["Offset of field: P2pOp::peer"][::core::mem::offset_of!(P2pOp, peer) - 16usize];
+    ["Offset of field: P2pOp::is_send"][::core::mem::offset_of!(P2pOp, is_send) - 20usize];
+};
+#[doc = " Arguments of `symcomm_sendrecv`: CTA i runs ops[i] (i < nops). Data moves through `stage`,\n  a window whose per-rank copy is split into one region per peer (`stage.bytes / nranks`\n  bytes, rounded down to 16): the sender copies into its region for the receiver, the\n  receiver reads it from there. At most one send and one receive per peer per launch."]
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct P2pArgs {
+    #[doc = " Staging window."]
+    pub stage: WindowHandleRaw,
+    #[doc = " Operations in use."]
+    pub nops: u32,
+    #[doc = " Zero."]
+    pub reserved: u32,
+    #[doc = " The operations."]
+    pub ops: [P2pOp; 32usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of P2pArgs"][::core::mem::size_of::<P2pArgs>() - 808usize];
+    ["Alignment of P2pArgs"][::core::mem::align_of::<P2pArgs>() - 8usize];
+    ["Offset of field: P2pArgs::stage"][::core::mem::offset_of!(P2pArgs, stage) - 0usize];
+    ["Offset of field: P2pArgs::nops"][::core::mem::offset_of!(P2pArgs, nops) - 32usize];
+    ["Offset of field: P2pArgs::reserved"][::core::mem::offset_of!(P2pArgs, reserved) - 36usize];
+    ["Offset of field: P2pArgs::ops"][::core::mem::offset_of!(P2pArgs, ops) - 40usize];
 };

@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use symcomm_device::abi::{CollArgs, DevComm, ErrorRecord, WindowHandleRaw};
+use symcomm_device::abi::{CollArgs, DevComm, ErrorRecord, P2pArgs, P2pOp, WindowHandleRaw};
 
 fn manifest() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -51,7 +51,7 @@ fn generate() -> String {
     let bindings = bindgen::Builder::default()
         .header(header().to_string_lossy())
         .clang_args(["-x", "c", "-std=c11"])
-        .allowlist_type("DevComm|WindowHandleRaw|ErrorRecord|CollArgs")
+        .allowlist_type("DevComm|WindowHandleRaw|ErrorRecord|CollArgs|P2pOp|P2pArgs")
         .allowlist_var("SYMCOMM_.*")
         .derive_default(true)
         .derive_eq(true)
@@ -155,6 +155,24 @@ fn rust_layout() -> Vec<(String, usize)> {
             tile_stride,
             src,
             dst
+        }
+    );
+    layout!(
+        out,
+        P2pOp {
+            addr,
+            bytes,
+            peer,
+            is_send
+        }
+    );
+    layout!(
+        out,
+        P2pArgs {
+            stage,
+            nops,
+            reserved,
+            ops
         }
     );
     out

@@ -33,6 +33,7 @@
 //! later call report [`Error::PeerLost`]. [`Communicator::abort`] does the same on purpose, from
 //! any thread. After a fault, destroy the communicator (drop it).
 
+pub mod coll;
 mod control;
 mod fdpass;
 mod memory;
@@ -50,6 +51,7 @@ use crate::config::raw_value;
 use crate::stream::{Kernel, Stream};
 use crate::{Error, Result};
 
+pub use coll::{BufferRef, DataType, P2pGroup, RedOp};
 pub use window::{Window, WindowHandle};
 
 use control::{Control, ControlTiming};
@@ -242,6 +244,7 @@ pub struct Communicator {
     local: LocalTeam,
     options: CommOptions,
     op_timeout: Duration,
+    coll: coll::CollState,
     signals: Option<FlatMapping>,
     links: Option<LocalLinks>,
     exchange_seq: Mutex<u64>,
@@ -351,6 +354,7 @@ impl Communicator {
             local,
             options: options.clone(),
             op_timeout: config.timeout,
+            coll: coll::CollState::default(),
             signals: None,
             links: None,
             exchange_seq: Mutex::new(0),

@@ -226,6 +226,48 @@ typedef struct CollArgs {
     WindowHandleRaw dst;
 } CollArgs;
 
+/* Point-to-point (the built-in kernel `symcomm_sendrecv`, host `send` / `recv` / groups). */
+/** Most send and receive operations in one launch (one CTA each). */
+#define SYMCOMM_P2P_MAX_OPS 32u
+/** Signal slots [SYMCOMM_P2P_FIRST_SLOT, SYMCOMM_SIGNAL_SLOTS) of every (rank, peer) pair belong
+ *  to send/recv: message length, data ready, data consumed, and this rank's own counters of
+ *  chunks sent to / received from the peer. They alias barrier indices 187..191, which nothing
+ *  uses. */
+#define SYMCOMM_P2P_FIRST_SLOT 251u
+/** Barrier indices of users' kernels: [SYMCOMM_USER_BARRIER_FIRST, SYMCOMM_USER_BARRIER_END).
+ *  Host collectives use [0, SYMCOMM_USER_BARRIER_FIRST) (64 per stream, two streams). */
+#define SYMCOMM_USER_BARRIER_FIRST 128u
+/** End of the users' barrier indices (exclusive). */
+#define SYMCOMM_USER_BARRIER_END 187u
+
+/** One send or receive of `symcomm_sendrecv`: `bytes` bytes at device address `addr` (the
+ *  user's buffer, any device memory) to or from rank `peer`. */
+typedef struct P2pOp {
+    /** Device address of the data (send: read; receive: written). */
+    uint64_t addr;
+    /** Bytes; the matching operation on the peer must have the same count. */
+    uint64_t bytes;
+    /** The other rank. */
+    uint32_t peer;
+    /** 1: send to `peer`; 0: receive from `peer`. */
+    uint32_t is_send;
+} P2pOp;
+
+/** Arguments of `symcomm_sendrecv`: CTA i runs ops[i] (i < nops). Data moves through `stage`,
+ *  a window whose per-rank copy is split into one region per peer (`stage.bytes / nranks`
+ *  bytes, rounded down to 16): the sender copies into its region for the receiver, the
+ *  receiver reads it from there. At most one send and one receive per peer per launch. */
+typedef struct P2pArgs {
+    /** Staging window. */
+    WindowHandleRaw stage;
+    /** Operations in use. */
+    uint32_t nops;
+    /** Zero. */
+    uint32_t reserved;
+    /** The operations. */
+    P2pOp ops[SYMCOMM_P2P_MAX_OPS];
+} P2pArgs;
+
 /* Layout pins; the Rust mirror asserts the same numbers. */
 #if defined(__cplusplus)
 #define SYMCOMM_ABI_ASSERT(cond, msg) static_assert(cond, msg)
@@ -245,6 +287,8 @@ SYMCOMM_ABI_ASSERT(__builtin_offsetof(WindowHandleRaw, rank) == 24, "WindowHandl
 SYMCOMM_ABI_ASSERT(__builtin_offsetof(ErrorRecord, detail) == 16, "ErrorRecord.detail");
 #endif
 SYMCOMM_ABI_ASSERT(sizeof(CollArgs) == 120 && SYMCOMM_ABI_ALIGNOF(CollArgs) == 8, "CollArgs layout");
+SYMCOMM_ABI_ASSERT(sizeof(P2pOp) == 24 && SYMCOMM_ABI_ALIGNOF(P2pOp) == 8, "P2pOp layout");
+SYMCOMM_ABI_ASSERT(sizeof(P2pArgs) == 40 + 24 * SYMCOMM_P2P_MAX_OPS && SYMCOMM_ABI_ALIGNOF(P2pArgs) == 8, "P2pArgs layout");
 #undef SYMCOMM_ABI_ASSERT
 #undef SYMCOMM_ABI_ALIGNOF
 

@@ -1,0 +1,74 @@
+// ThreadSanitizer run of the point-to-point kernel `symcomm_sendrecv` on the emulator: ranks
+// {1, 2, 3, 4}, each in its own host thread (a stream per rank), sending a ring (to the next
+// rank, from the previous one) plus a self-send, several back-to-back launches, with a staging
+// window small enough that every message takes many chunks. Between launches each rank rewrites
+// its send buffer and checks what it received, so a chunk read before the sender's data was
+// released, or a region rewritten before the receiver finished reading, is a data race (or a
+// wrong byte). Exit status 0 only when every launch of every rank was Ok with every byte right.
+#include <array>
+#include <atomic>
+
+#include "harness.h"
+#include "symcomm_emu.h"
+
+extern "C" void symcomm_emu_entry_symcomm_sendrecv(void** args);
+
+namespace {
+
+struct Args {
+    DevComm comm;
+    P2pArgs p2p;
+    std::array<void*, 2> p;
+    void** ptrs() {
+        p = {&comm, &p2p};
+        return p.data();
+    }
+};
+
+unsigned char pattern(uint32_t from, uint32_t launch, uint32_t i) {
+    return static_cast<unsigned char>((from * 37u + launch * 11u + i * 7u) ^ (i >> 5));
+}
+
+}  // namespace
+
+int main() {
+    std::atomic<int> failures{0};
+    for (uint32_t nranks : {1u, 2u, 3u, 4u}) {
+        const uint32_t bytes = 1000, launches = 4, threads = 32;
+        // 256 bytes per rank of staging: regions of 256 / nranks (rounded down to 16) bytes.
+        symcomm_test::Team team(nranks, 256);
+        symcomm_test::run_ranks(nranks, [&](uint32_t r) {
+            std::vector<unsigned char> out(bytes), in(bytes), self(bytes);
+            const uint32_t next = (r + 1) % nranks, prev = (r + nranks - 1) % nranks;
+            for (uint32_t l = 0; l < launches; ++l) {
+                for (uint32_t i = 0; i < bytes; ++i) out[i] = pattern(r, l, i);
+                Args a{team.comm(r, 20'000'000'000ull), {}, {}};
+                a.p2p.stage = team.win(r);
+                a.p2p.stage.bytes = 256;
+                uint32_t k = 0;
+                a.p2p.ops[k++] = P2pOp{uint64_t(uintptr_t(out.data())), bytes, next, 1};
+                a.p2p.ops[k++] = P2pOp{uint64_t(uintptr_t(in.data())), bytes, prev, 0};
+                if (nranks > 1) {
+                    a.p2p.ops[k++] = P2pOp{uint64_t(uintptr_t(out.data())), bytes, r, 1};
+                    a.p2p.ops[k++] = P2pOp{uint64_t(uintptr_t(self.data())), bytes, r, 0};
+                }
+                a.p2p.nops = k;
+                symcomm_test::launch(r, "symcomm_sendrecv", symcomm_emu_entry_symcomm_sendrecv, dim3(k), dim3(threads),
+                                     a);
+                uint32_t wrong = 0;
+                for (uint32_t i = 0; i < bytes; ++i) {
+                    wrong += in[i] != pattern(prev, l, i);
+                    if (nranks > 1) wrong += self[i] != pattern(r, l, i);
+                }
+                if (team.errors[r].status != SYMCOMM_STATUS_OK || wrong != 0) {
+                    fprintf(stderr, "FAIL nranks=%u rank=%u launch=%u: status=%u wrong=%u\n", nranks, r, l,
+                            team.errors[r].status, wrong);
+                    ++failures;
+                    return;
+                }
+            }
+        });
+        printf("sendrecv nranks=%u launches=%u bytes=%u: %s\n", nranks, launches, bytes, failures ? "FAIL" : "ok");
+    }
+    return failures ? 1 : 0;
+}

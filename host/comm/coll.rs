@@ -1,0 +1,1080 @@
+//! Host collectives: `all_reduce`, `broadcast`, `reduce`, `all_gather`, `reduce_scatter`,
+//! `scatter`, `all_to_all` on a [`Communicator`], stream-ordered and asynchronous, launching the
+//! device library's built-in kernels (`symcomm_collective_<dtype>`).
+//!
+//! Every call: validates its arguments (typed errors, nothing launched; the next valid call
+//! works), picks an algorithm ([`crate::tune`]: the alpha-beta model, or `SYMCOMM_ALGO`), and
+//! enqueues work on the caller's stream:
+//! - both buffers symmetric windows of this communicator: one kernel launch, zero copies;
+//! - otherwise (ordinary device memory, [`Buffer`], cudarc slices): the data goes through the
+//!   communicator's staging windows in chunks (copy in, collective, copy out, all on the
+//!   stream), so any size works with bounded extra memory.
+//!
+//! Every rank must make the same calls in the same order with the same count, type, op, root and
+//! kind of buffers (windows or not); differences surface as [`Error::Mismatch`] from the device
+//! (call fingerprints) on every rank. Nothing host-side is baked into launches that a CUDA-graph
+//! replay would make stale (barrier epochs live in device memory).
+//!
+//! Streams: each communicator serves collectives on up to [`MAX_STREAMS`] streams, each with its
+//! own barrier slots and staging windows, assigned in order of first use — use them in the same
+//! order on every rank. A collective on one more stream is [`Error::InvalidArgument`].
+//! Barrier slots `[USER_SLOTS_FIRST, 192)` are never used by host collectives: user kernels may
+//! run on them concurrently.
+
+use std::marker::PhantomData;
+use std::sync::{Mutex, OnceLock};
+
+use symcomm_device::abi::{
+    CollArgs, P2pArgs, P2pOp, SYMCOMM_P2P_MAX_OPS, SYMCOMM_SCOPE_GRID, WindowHandleRaw,
+};
+
+use super::{Communicator, Window, memory::FlatMapping};
+use crate::backend::Backend;
+use crate::backend::cuda::DevicePlain;
+use crate::stream::{Buffer, Kernel, KernelArgs, LaunchConfig, Stream};
+use crate::tune::{self, Algorithm, BackendKind, Collective};
+use crate::{Error, Result};
+
+/// Streams one communicator serves collectives on at once.
+pub const MAX_STREAMS: usize = 2;
+/// Barrier slots of each stream's lane (also the most CTAs of one collective launch).
+pub const LANE_SLOTS: u32 = 64;
+/// First barrier slot host collectives never use (`[64 * MAX_STREAMS, 192)` is the users').
+pub const USER_SLOTS_FIRST: u32 = LANE_SLOTS * MAX_STREAMS as u32;
+/// Default bytes of each staging window (`SYMCOMM_STAGING_BYTES`); a stream's lane has two
+/// (input and output).
+pub const DEFAULT_STAGING_BYTES: u64 = 4 << 20;
+
+/// Element type of a collective. Names as in nccl-tests (`float`, `bfloat16`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DataType {
+    /// IEEE binary32.
+    F32,
+    /// IEEE binary64.
+    F64,
+    /// IEEE binary16.
+    F16,
+    /// bfloat16.
+    Bf16,
+    /// FP8 E4M3 (OCP).
+    Fp8E4m3,
+    /// FP8 E5M2 (OCP).
+    Fp8E5m2,
+    /// Signed 8-bit integer.
+    I8,
+    /// Unsigned 8-bit integer.
+    U8,
+    /// Signed 32-bit integer.
+    I32,
+    /// Unsigned 32-bit integer.
+    U32,
+    /// Signed 64-bit integer.
+    I64,
+    /// Unsigned 64-bit integer.
+    U64,
+}
+
+impl DataType {
+    /// Every type, in `SYMCOMM_DTYPE_*` code order.
+    pub const ALL: [DataType; 12] = [
+        DataType::F32,
+        DataType::F64,
+        DataType::F16,
+        DataType::Bf16,
+        DataType::Fp8E4m3,
+        DataType::Fp8E5m2,
+        DataType::I8,
+        DataType::U8,
+        DataType::I32,
+        DataType::U32,
+        DataType::I64,
+        DataType::U64,
+    ];
+
+    /// The `SYMCOMM_DTYPE_*` code.
+    pub fn code(self) -> u32 {
+        self as u32
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DataType::F64 | DataType::I64 | DataType::U64 => 8,
+            DataType::F32 | DataType::I32 | DataType::U32 => 4,
+            DataType::F16 | DataType::Bf16 => 2,
+            _ => 1,
+        }
+    }
+
+    /// The nccl-tests name (`float`, `double`, `half`, `bfloat16`, `f8e4m3`, `f8e5m2`, `int8`,
+    /// `uint8`, `int32`, `uint32`, `int64`, `uint64`).
+    pub fn name(self) -> &'static str {
+        [
+            "float", "double", "half", "bfloat16", "f8e4m3", "f8e5m2", "int8", "uint8", "int32",
+            "uint32", "int64", "uint64",
+        ][self as usize]
+    }
+
+    /// Parses a nccl-tests name or a Rust-style one (`f32`, `bf16`, `fp8_e4m3`, `u8`, ...).
+    pub fn parse(s: &str) -> Option<Self> {
+        let rust = [
+            "f32", "f64", "f16", "bf16", "fp8_e4m3", "fp8_e5m2", "i8", "u8", "i32", "u32", "i64",
+            "u64",
+        ];
+        DataType::ALL
+            .into_iter()
+            .find(|d| d.name() == s || rust[*d as usize] == s)
+    }
+
+    /// Whether the type is a floating-point one.
+    pub fn is_float(self) -> bool {
+        (self as u32) < 6
+    }
+
+    fn kernel(self) -> &'static str {
+        [
+            "symcomm_collective_f32",
+            "symcomm_collective_f64",
+            "symcomm_collective_f16",
+            "symcomm_collective_bf16",
+            "symcomm_collective_fp8_e4m3",
+            "symcomm_collective_fp8_e5m2",
+            "symcomm_collective_i8",
+            "symcomm_collective_u8",
+            "symcomm_collective_i32",
+            "symcomm_collective_u32",
+            "symcomm_collective_i64",
+            "symcomm_collective_u64",
+        ][self as usize]
+    }
+}
+
+/// Reduction operation. Every type supports every op; sums of small floating-point types
+/// accumulate in f32 and round once; `Avg` divides the sum by the rank count (integer division
+/// for integers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RedOp {
+    /// Sum.
+    Sum,
+    /// Product.
+    Prod,
+    /// Minimum.
+    Min,
+    /// Maximum.
+    Max,
+    /// Average (sum / ranks).
+    Avg,
+}
+
+impl RedOp {
+    /// Every op, in `SYMCOMM_REDOP_*` code order.
+    pub const ALL: [RedOp; 5] = [RedOp::Sum, RedOp::Prod, RedOp::Min, RedOp::Max, RedOp::Avg];
+
+    /// The `SYMCOMM_REDOP_*` code.
+    pub fn code(self) -> u32 {
+        self as u32
+    }
+
+    /// `sum`, `prod`, `min`, `max`, `avg` (nccl-tests names).
+    pub fn name(self) -> &'static str {
+        ["sum", "prod", "min", "max", "avg"][self as usize]
+    }
+
+    /// Parses [`RedOp::name`].
+    pub fn parse(s: &str) -> Option<Self> {
+        RedOp::ALL.into_iter().find(|o| o.name() == s)
+    }
+}
+
+/// A buffer argument of a collective: (part of) a symmetric window of this communicator —
+/// used in place, zero-copy — or ordinary device memory, copied through the staging windows.
+#[derive(Debug, Clone, Copy)]
+pub struct BufferRef<'a> {
+    /// Device address of this rank's first byte.
+    addr: u64,
+    bytes: u64,
+    /// The whole window and the byte offset into it, with its communicator's identity.
+    window: Option<(WindowHandleRaw, u64, usize)>,
+    _borrow: PhantomData<&'a ()>,
+}
+
+impl<'a> BufferRef<'a> {
+    /// Ordinary device memory at `addr` (on the emulator: host memory) of `bytes` bytes — for
+    /// example a cudarc `CudaSlice`'s device pointer.
+    ///
+    /// # Safety
+    /// `addr..addr + bytes` is device memory of the communicator's GPU (emulator: host memory)
+    /// that stays allocated, and is not used by other work, until the collectives using it have
+    /// finished in stream order.
+    pub unsafe fn from_raw(addr: u64, bytes: u64) -> BufferRef<'static> {
+        BufferRef {
+            addr,
+            bytes,
+            window: None,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// Bytes in the buffer.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Whether it is (part of) a symmetric window.
+    pub fn is_window(&self) -> bool {
+        self.window.is_some()
+    }
+}
+
+impl<'a, T: DevicePlain> From<&'a Window<'_, T>> for BufferRef<'a> {
+    fn from(w: &'a Window<'_, T>) -> Self {
+        w.range(0, w.len()).unwrap_or(BufferRef {
+            addr: 0,
+            bytes: 0,
+            window: None,
+            _borrow: PhantomData,
+        })
+    }
+}
+
+impl<'a> From<&'a Buffer> for BufferRef<'a> {
+    fn from(b: &'a Buffer) -> Self {
+        BufferRef {
+            addr: b.addr(),
+            bytes: b.len() as u64,
+            window: None,
+            _borrow: PhantomData,
+        }
+    }
+}
+
+impl<T: DevicePlain> Window<'_, T> {
+    /// Elements `offset..offset + len` of this window as a collective buffer.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] out of bounds.
+    pub fn range(&self, offset: usize, len: usize) -> Result<BufferRef<'_>> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len() => {}
+            _ => {
+                return Err(Error::InvalidArgument(format!(
+                    "elements {offset}..{offset}+{len} are outside a window of {}",
+                    self.len()
+                )));
+            }
+        }
+        let raw = self.device_handle().raw();
+        let off = (offset * size_of::<T>()) as u64;
+        Ok(BufferRef {
+            addr: raw.base + u64::from(raw.rank) * raw.stride + off,
+            bytes: (len * size_of::<T>()) as u64,
+            window: Some((raw, off, std::ptr::from_ref(self.communicator()) as usize)),
+            _borrow: PhantomData,
+        })
+    }
+}
+
+/// One stream's barrier slots and staging windows.
+pub(super) struct Lane {
+    stream: usize,
+    first_slot: u32,
+    stage_in: FlatMapping,
+    stage_out: FlatMapping,
+    stage_bytes: u64,
+}
+
+/// Per-communicator state of the host collectives.
+#[derive(Default)]
+pub(super) struct CollState {
+    lanes: Mutex<Vec<std::sync::Arc<Lane>>>,
+    kernels: [OnceLock<Kernel>; 12],
+    p2p_kernel: OnceLock<Kernel>,
+    algo: OnceLock<Option<Algorithm>>,
+}
+
+/// One validated call.
+struct Call<'a> {
+    coll: Collective,
+    send: BufferRef<'a>,
+    recv: BufferRef<'a>,
+    count: u64,
+    dtype: DataType,
+    op: RedOp,
+    root: u32,
+}
+
+/// (blocks of `count` elements in the send buffer, in the receive buffer).
+fn layout(coll: Collective, n: u64) -> (u64, u64) {
+    match coll {
+        Collective::AllGather => (1, n),
+        Collective::ReduceScatter | Collective::Scatter => (n, 1),
+        Collective::AllToAll => (n, n),
+        _ => (1, 1),
+    }
+}
+
+impl Communicator {
+    /// All-reduce: every rank's `send[0..count)` reduced with `op` into every rank's
+    /// `recv[0..count)`. In place: `send` and `recv` the same memory.
+    ///
+    /// # Errors
+    /// See [the collectives](crate::comm::coll): [`Error::InvalidArgument`] (counts, sizes,
+    /// alignment, aliasing, foreign windows, a third stream; nothing launched), the
+    /// communicator's sticky error ([`Error::PeerLost`], device errors), backend errors.
+    #[allow(clippy::too_many_arguments)]
+    pub fn all_reduce<'a>(
+        &self,
+        send: impl Into<BufferRef<'a>>,
+        recv: impl Into<BufferRef<'a>>,
+        count: usize,
+        dtype: DataType,
+        op: RedOp,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.collective(
+            Collective::AllReduce,
+            send.into(),
+            recv.into(),
+            count,
+            dtype,
+            op,
+            0,
+            stream,
+        )
+    }
+
+    /// Broadcast: rank `root`'s `send[0..count)` into every rank's `recv[0..count)` (`send` is
+    /// read on the root only). In place: `send` and `recv` the same memory.
+    ///
+    /// # Errors
+    /// As [`Self::all_reduce`], and a `root` out of range.
+    pub fn broadcast<'a>(
+        &self,
+        send: impl Into<BufferRef<'a>>,
+        recv: impl Into<BufferRef<'a>>,
+        count: usize,
+        dtype: DataType,
+        root: u32,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.collective(
+            Collective::Broadcast,
+            send.into(),
+            recv.into(),
+            count,
+            dtype,
+            RedOp::Sum,
+            root,
+            stream,
+        )
+    }
+
+    /// Reduce: every rank's `send[0..count)` reduced with `op` into rank `root`'s
+    /// `recv[0..count)` (other ranks' `recv` untouched).
+    ///
+    /// # Errors
+    /// As [`Self::broadcast`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn reduce<'a>(
+        &self,
+        send: impl Into<BufferRef<'a>>,
+        recv: impl Into<BufferRef<'a>>,
+        count: usize,
+        dtype: DataType,
+        op: RedOp,
+        root: u32,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.collective(
+            Collective::Reduce,
+            send.into(),
+            recv.into(),
+            count,
+            dtype,
+            op,
+            root,
+            stream,
+        )
+    }
+
+    /// All-gather: rank r's `send[0..count)` into every rank's `recv[r*count..(r+1)*count)`.
+    /// In place: `send` is `recv[rank*count..]`.
+    ///
+    /// # Errors
+    /// As [`Self::all_reduce`].
+    pub fn all_gather<'a>(
+        &self,
+        send: impl Into<BufferRef<'a>>,
+        recv: impl Into<BufferRef<'a>>,
+        count: usize,
+        dtype: DataType,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.collective(
+            Collective::AllGather,
+            send.into(),
+            recv.into(),
+            count,
+            dtype,
+            RedOp::Sum,
+            0,
+            stream,
+        )
+    }
+
+    /// Reduce-scatter: block r (`send[r*count..(r+1)*count)`) of every rank, reduced with `op`,
+    /// into rank r's `recv[0..count)`. In place: `recv` is `send[rank*count..]`.
+    ///
+    /// # Errors
+    /// As [`Self::all_reduce`].
+    pub fn reduce_scatter<'a>(
+        &self,
+        send: impl Into<BufferRef<'a>>,
+        recv: impl Into<BufferRef<'a>>,
+        count: usize,
+        dtype: DataType,
+        op: RedOp,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.collective(
+            Collective::ReduceScatter,
+            send.into(),
+            recv.into(),
+            count,
+            dtype,
+            op,
+            0,
+            stream,
+        )
+    }
+
+    /// Scatter: block r of rank `root`'s `send` (`send[r*count..(r+1)*count)`) into rank r's
+    /// `recv[0..count)` (`send` read on the root only). In place: `recv` is
+    /// `send[rank*count..]`.
+    ///
+    /// # Errors
+    /// As [`Self::broadcast`].
+    pub fn scatter<'a>(
+        &self,
+        send: impl Into<BufferRef<'a>>,
+        recv: impl Into<BufferRef<'a>>,
+        count: usize,
+        dtype: DataType,
+        root: u32,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.collective(
+            Collective::Scatter,
+            send.into(),
+            recv.into(),
+            count,
+            dtype,
+            RedOp::Sum,
+            root,
+            stream,
+        )
+    }
+
+    /// All-to-all: rank r's `send[p*count..(p+1)*count)` into rank p's
+    /// `recv[r*count..(r+1)*count)`. In place: `send` and `recv` the same memory.
+    ///
+    /// # Errors
+    /// As [`Self::all_reduce`].
+    pub fn all_to_all<'a>(
+        &self,
+        send: impl Into<BufferRef<'a>>,
+        recv: impl Into<BufferRef<'a>>,
+        count: usize,
+        dtype: DataType,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.collective(
+            Collective::AllToAll,
+            send.into(),
+            recv.into(),
+            count,
+            dtype,
+            RedOp::Sum,
+            0,
+            stream,
+        )
+    }
+
+    /// Ordinary device memory of `bytes` bytes on this communicator's backend (zeroed).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for 0 bytes; [`Error::Cuda`].
+    pub fn alloc_buffer(&self, bytes: usize) -> Result<Buffer> {
+        Buffer::new(&self.backend, bytes)
+    }
+
+    /// The algorithm the model (or `SYMCOMM_ALGO`) picks for `coll` on `bytes` bytes here.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad `SYMCOMM_ALGO`.
+    pub fn algorithm_for(&self, coll: Collective, bytes: u64) -> Result<Algorithm> {
+        Ok(tune::choose(
+            coll,
+            bytes,
+            self.nranks,
+            self.backend_kind(),
+            self.forced_algo()?,
+        ))
+    }
+
+    fn backend_kind(&self) -> BackendKind {
+        match self.backend {
+            Backend::Cuda(_) => BackendKind::Cuda,
+            _ => BackendKind::Emu,
+        }
+    }
+
+    fn forced_algo(&self) -> Result<Option<Algorithm>> {
+        if let Some(a) = self.coll.algo.get() {
+            return Ok(*a);
+        }
+        let a = tune::algo_from_env()?;
+        Ok(*self.coll.algo.get_or_init(|| a))
+    }
+
+    fn kernel_for(&self, dtype: DataType) -> Result<&Kernel> {
+        let cell = &self.coll.kernels[dtype as usize];
+        if let Some(k) = cell.get() {
+            return Ok(k);
+        }
+        let k = self.load_kernel(&crate::DEVICE_IMAGE, dtype.kernel())?;
+        Ok(cell.get_or_init(|| k))
+    }
+
+    /// The lane of `stream`, created (collectively: staging windows) on first use.
+    fn lane(&self, stream: &Stream) -> Result<std::sync::Arc<Lane>> {
+        let key = stream.key();
+        let mut lanes = self
+            .coll
+            .lanes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(l) = lanes.iter().find(|l| l.stream == key) {
+            return Ok(std::sync::Arc::clone(l));
+        }
+        if lanes.len() >= MAX_STREAMS {
+            return Err(Error::InvalidArgument(format!(
+                "this communicator already runs collectives on {MAX_STREAMS} streams (each has \
+                 its own barrier slots); issue them on one of those, or use another communicator"
+            )));
+        }
+        if stream.is_capturing() {
+            return Err(Error::InvalidArgument(
+                "the first collective on a stream sets up its staging windows (a collective \
+                 allocation that a graph cannot capture): issue one collective on this stream \
+                 before capturing"
+                    .into(),
+            ));
+        }
+        let stage_bytes = self.staging_bytes()?;
+        let stage_in = self.alloc_flat(stage_bytes, 1, "staging input")?;
+        let stage_out = self.alloc_flat(stage_bytes, 1, "staging output")?;
+        let lane = std::sync::Arc::new(Lane {
+            stream: key,
+            first_slot: LANE_SLOTS * lanes.len() as u32,
+            stage_in,
+            stage_out,
+            stage_bytes,
+        });
+        lanes.push(std::sync::Arc::clone(&lane));
+        Ok(lane)
+    }
+
+    fn staging_bytes(&self) -> Result<u64> {
+        match crate::config::raw_value("SYMCOMM_STAGING_BYTES") {
+            None => Ok(DEFAULT_STAGING_BYTES),
+            Some(v) => v
+                .parse::<u64>()
+                .ok()
+                .filter(|&b| (4096..=(1 << 34)).contains(&b))
+                .ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "SYMCOMM_STAGING_BYTES={v}: expected a byte count from 4096 to 16 GiB"
+                    ))
+                }),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn collective(
+        &self,
+        coll: Collective,
+        send: BufferRef<'_>,
+        recv: BufferRef<'_>,
+        count: usize,
+        dtype: DataType,
+        op: RedOp,
+        root: u32,
+        stream: &Stream,
+    ) -> Result<()> {
+        let call = Call {
+            coll,
+            send,
+            recv,
+            count: count as u64,
+            dtype,
+            op,
+            root,
+        };
+        self.validate(&call, stream)?;
+        self.check_error()?;
+        if call.count == 0 {
+            return Ok(());
+        }
+        let lane = self.lane(stream)?;
+        let n = u64::from(self.nranks);
+        let (sb, rb) = layout(coll, n);
+        let msg_bytes = call.count * dtype.size() as u64 * sb.max(rb);
+        let algo = tune::choose(
+            coll,
+            msg_bytes,
+            self.nranks,
+            self.backend_kind(),
+            self.forced_algo()?,
+        );
+        let kind = algo.kind_code(coll).ok_or_else(|| {
+            Error::Unsupported(format!("{} has no {} algorithm", coll.name(), algo.name()))
+        })?;
+        let kernel = self.kernel_for(dtype)?;
+        let dev = self.device_handle()?;
+        match (send.window, recv.window) {
+            (Some((sw, soff, _)), Some((rw, roff, _))) => {
+                let size = dtype.size() as u64;
+                let args = CollArgs {
+                    kind,
+                    dtype: dtype.code(),
+                    redop: op.code(),
+                    root,
+                    scope: SYMCOMM_SCOPE_GRID,
+                    index: lane.first_slot,
+                    count: call.count,
+                    src_offset: soff / size,
+                    dst_offset: roff / size,
+                    tile_stride: 0,
+                    src: sw,
+                    dst: rw,
+                };
+                self.launch_coll(kernel, stream, &dev, &args, msg_bytes, coll)
+            }
+            _ => self.staged(&call, &lane, kind, kernel, stream, &dev),
+        }
+    }
+
+    fn launch_coll(
+        &self,
+        kernel: &Kernel,
+        stream: &Stream,
+        dev: &symcomm_device::abi::DevComm,
+        args: &CollArgs,
+        msg_bytes: u64,
+        coll: Collective,
+    ) -> Result<()> {
+        let (grid, block) = tune::geometry(
+            coll,
+            msg_bytes,
+            self.nranks,
+            self.backend_kind(),
+            LANE_SLOTS,
+        );
+        let kargs = KernelArgs::new().arg(dev).arg(args);
+        // SAFETY: the built-in kernel takes (DevComm, CollArgs) by value; the windows named in
+        // `args` belong to this communicator (validated) or to its lane, and live until the
+        // communicator drops — the caller keeps user windows alive until the stream has run
+        // the call (they are borrowed for the call's duration and documented so).
+        unsafe { stream.launch(kernel, LaunchConfig::linear(grid, block), &kargs) }
+    }
+
+    /// The staged path: chunks of at most what the staging windows hold, each copied in, run,
+    /// copied out in stream order.
+    fn staged(
+        &self,
+        call: &Call<'_>,
+        lane: &Lane,
+        kind: u32,
+        kernel: &Kernel,
+        stream: &Stream,
+        dev: &symcomm_device::abi::DevComm,
+    ) -> Result<()> {
+        let n = u64::from(self.nranks);
+        let size = call.dtype.size() as u64;
+        let (sb, rb) = layout(call.coll, n);
+        // Elements per rank block per chunk: the same on every rank.
+        let cap = lane.stage_bytes / size / sb.max(rb);
+        if cap == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "SYMCOMM_STAGING_BYTES ({}) is too small for {} ranks of {}",
+                lane.stage_bytes,
+                n,
+                call.dtype.name()
+            )));
+        }
+        let stage_in = lane.stage_in.base() + u64::from(self.rank) * lane.stage_in.stride();
+        let stage_out = lane.stage_out.base() + u64::from(self.rank) * lane.stage_out.stride();
+        let window = |m: &FlatMapping| WindowHandleRaw {
+            base: m.base(),
+            stride: m.stride(),
+            bytes: lane.stage_bytes,
+            rank: self.rank,
+            nranks: self.nranks,
+        };
+        let (win_in, win_out) = (window(&lane.stage_in), window(&lane.stage_out));
+        let mut off = 0;
+        while off < call.count {
+            let c = cap.min(call.count - off);
+            for j in 0..sb {
+                // SAFETY: validated: the send buffer holds sb * count elements; the staging
+                // input holds sb * cap >= sb * c elements of this rank; stream-ordered after
+                // the previous chunk's kernel, which no peer reads after it ended.
+                unsafe {
+                    stream.copy_raw(
+                        stage_in + j * c * size,
+                        call.send.addr + (j * call.count + off) * size,
+                        c * size,
+                    )
+                }?;
+            }
+            let args = CollArgs {
+                kind,
+                dtype: call.dtype.code(),
+                redop: call.op.code(),
+                root: call.root,
+                scope: SYMCOMM_SCOPE_GRID,
+                index: lane.first_slot,
+                count: c,
+                src_offset: 0,
+                dst_offset: 0,
+                tile_stride: 0,
+                src: win_in,
+                dst: win_out,
+            };
+            self.launch_coll(kernel, stream, dev, &args, c * size * sb.max(rb), call.coll)?;
+            let writes_recv = call.coll != Collective::Reduce || self.rank == call.root;
+            if writes_recv {
+                for j in 0..rb {
+                    // SAFETY: as above, for the receive buffer (rb * count elements) and this
+                    // rank's staging output, after the chunk's kernel in stream order.
+                    unsafe {
+                        stream.copy_raw(
+                            call.recv.addr + (j * call.count + off) * size,
+                            stage_out + j * c * size,
+                            c * size,
+                        )
+                    }?;
+                }
+            }
+            off += c;
+        }
+        Ok(())
+    }
+
+    /// Host-side checks of one call; nothing is launched when they fail.
+    fn validate(&self, call: &Call<'_>, stream: &Stream) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidArgument(format!("{}: {m}", call.coll.name())));
+        if stream.is_emu() != matches!(self.backend, Backend::Emu) {
+            return bad(format!(
+                "the stream belongs to another backend than this communicator ({})",
+                self.backend.name()
+            ));
+        }
+        if !self.spans_one_host() {
+            return Err(self.multi_host("collectives"));
+        }
+        let n = u64::from(self.nranks);
+        if call.coll.has_root() && call.root >= self.nranks {
+            return bad(format!("root {} of {} ranks", call.root, self.nranks));
+        }
+        let size = call.dtype.size() as u64;
+        let (sb, rb) = layout(call.coll, n);
+        let need = |blocks: u64| {
+            call.count
+                .checked_mul(blocks)
+                .and_then(|e| e.checked_mul(size))
+        };
+        let (Some(send_bytes), Some(recv_bytes)) = (need(sb), need(rb)) else {
+            return bad(format!("count {} overflows", call.count));
+        };
+        let me = std::ptr::from_ref(self) as usize;
+        for (what, b, need) in [
+            ("send", &call.send, send_bytes),
+            ("recv", &call.recv, recv_bytes),
+        ] {
+            if b.bytes < need {
+                return bad(format!(
+                    "the {what} buffer has {} bytes; {} elements of {} x {} blocks need {need}",
+                    b.bytes,
+                    call.count,
+                    call.dtype.name(),
+                    if what == "send" { sb } else { rb }
+                ));
+            }
+            if b.addr % size != 0 || b.window.is_some_and(|(_, off, _)| off % size != 0) {
+                return bad(format!(
+                    "the {what} buffer (address {:#x}) is not aligned to {} bytes",
+                    b.addr, size
+                ));
+            }
+            if b.window.is_some_and(|(_, _, owner)| owner != me) {
+                return bad(format!("the {what} window belongs to another communicator"));
+            }
+            if b.addr == 0 && need > 0 {
+                return bad(format!("the {what} buffer is null"));
+            }
+        }
+        // Aliasing: only NCCL's in-place conventions may overlap.
+        let (s0, s1) = (call.send.addr, call.send.addr + send_bytes);
+        let (r0, r1) = (call.recv.addr, call.recv.addr + recv_bytes);
+        if send_bytes > 0 && recv_bytes > 0 && s0 < r1 && r0 < s1 {
+            let rank_off = u64::from(self.rank) * call.count * size;
+            let in_place = match call.coll {
+                Collective::AllGather => s0 == r0 + rank_off,
+                Collective::ReduceScatter | Collective::Scatter => r0 == s0 + rank_off,
+                _ => s0 == r0,
+            };
+            if !in_place {
+                return bad(
+                    "the send and recv buffers overlap without being in place (in place: the \
+                     same memory; all_gather: send = recv + rank*count; reduce_scatter and \
+                     scatter: recv = send + rank*count)"
+                        .into(),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Point-to-point
+// ---------------------------------------------------------------------------------------------
+
+// SAFETY: `P2pArgs` is the all-integer `repr(C)` mirror of abi.h's struct (layout pinned on both
+// sides), with device addresses as integers.
+unsafe impl crate::stream::KernelArg for P2pArgs {}
+
+/// Sends and receives posted together and launched as one kernel by [`Communicator::group`]:
+/// they progress concurrently, so a rank may post them in any order without deadlock (for
+/// example a send to the next pipeline stage and a receive from the previous one).
+#[derive(Debug)]
+pub struct P2pGroup<'a> {
+    nranks: u32,
+    ops: Vec<P2pOp>,
+    _borrow: PhantomData<&'a ()>,
+}
+
+impl<'a> P2pGroup<'a> {
+    fn add(
+        &mut self,
+        is_send: bool,
+        buf: BufferRef<'a>,
+        count: usize,
+        dtype: DataType,
+        peer: u32,
+    ) -> Result<()> {
+        let what = if is_send { "send" } else { "recv" };
+        let bad = |m: String| Err(Error::InvalidArgument(format!("{what}: {m}")));
+        if peer >= self.nranks {
+            return bad(format!("peer {peer} of {} ranks", self.nranks));
+        }
+        let Some(bytes) = (count as u64).checked_mul(dtype.size() as u64) else {
+            return bad(format!("count {count} overflows"));
+        };
+        if buf.bytes < bytes {
+            return bad(format!(
+                "the buffer has {} bytes; {count} elements of {} need {bytes}",
+                buf.bytes,
+                dtype.name()
+            ));
+        }
+        if buf.addr % dtype.size() as u64 != 0 {
+            return bad(format!(
+                "the buffer (address {:#x}) is not aligned to {} bytes",
+                buf.addr,
+                dtype.size()
+            ));
+        }
+        if bytes > 0 && buf.addr == 0 {
+            return bad("the buffer is null".into());
+        }
+        if self
+            .ops
+            .iter()
+            .any(|o| o.peer == peer && (o.is_send == 1) == is_send)
+        {
+            return bad(format!(
+                "a group holds at most one {what} per peer (peer {peer} has one)"
+            ));
+        }
+        if self.ops.len() >= SYMCOMM_P2P_MAX_OPS as usize {
+            return bad(format!(
+                "a group holds at most {SYMCOMM_P2P_MAX_OPS} operations"
+            ));
+        }
+        if bytes > 0 {
+            self.ops.push(P2pOp {
+                addr: buf.addr,
+                bytes,
+                peer,
+                is_send: u32::from(is_send),
+            });
+        }
+        Ok(())
+    }
+
+    /// Posts a send of `count` elements of `buf` to rank `peer` (who posts the matching
+    /// receive with the same count and type).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`]: peer out of range, buffer too small or misaligned, a second
+    /// send to the same peer in this group, more than `SYMCOMM_P2P_MAX_OPS` operations.
+    pub fn send(
+        &mut self,
+        buf: impl Into<BufferRef<'a>>,
+        count: usize,
+        dtype: DataType,
+        peer: u32,
+    ) -> Result<()> {
+        self.add(true, buf.into(), count, dtype, peer)
+    }
+
+    /// Posts a receive of `count` elements from rank `peer` into `buf`.
+    ///
+    /// # Errors
+    /// As [`Self::send`].
+    pub fn recv(
+        &mut self,
+        buf: impl Into<BufferRef<'a>>,
+        count: usize,
+        dtype: DataType,
+        peer: u32,
+    ) -> Result<()> {
+        self.add(false, buf.into(), count, dtype, peer)
+    }
+}
+
+impl Communicator {
+    /// Sends `count` elements of `buf` to rank `peer`, stream-ordered; the peer calls
+    /// [`Self::recv`] (or posts the receive in a [`Self::group`]). A lone send completes only
+    /// when the peer receives — post sends and receives that depend on each other in one group.
+    ///
+    /// # Errors
+    /// As [`P2pGroup::send`], the communicator's sticky error, backend errors.
+    pub fn send<'a>(
+        &self,
+        buf: impl Into<BufferRef<'a>>,
+        count: usize,
+        dtype: DataType,
+        peer: u32,
+        stream: &Stream,
+    ) -> Result<()> {
+        let buf = buf.into();
+        self.group(stream, |g| g.send(buf, count, dtype, peer))
+    }
+
+    /// Receives `count` elements from rank `peer` into `buf`, stream-ordered.
+    ///
+    /// # Errors
+    /// As [`Self::send`].
+    pub fn recv<'a>(
+        &self,
+        buf: impl Into<BufferRef<'a>>,
+        count: usize,
+        dtype: DataType,
+        peer: u32,
+        stream: &Stream,
+    ) -> Result<()> {
+        let buf = buf.into();
+        self.group(stream, |g| g.recv(buf, count, dtype, peer))
+    }
+
+    /// Posts the sends and receives that `build` adds, then launches them as one kernel on
+    /// `stream` (one CTA per operation, all progressing together). Nothing is launched when
+    /// `build` or validation fails. Data moves through the stream's staging window in chunks
+    /// of `SYMCOMM_STAGING_BYTES / nranks` bytes.
+    ///
+    /// ```no_run
+    /// # use symcomm::{Communicator, DataType};
+    /// # fn f(comm: &Communicator, stream: &symcomm::Stream, a: &symcomm::Buffer, b: &symcomm::Buffer) -> symcomm::Result<()> {
+    /// let (next, prev) = ((comm.rank() + 1) % comm.nranks(), (comm.rank() + comm.nranks() - 1) % comm.nranks());
+    /// comm.group(stream, |g| {
+    ///     g.send(a, 1024, DataType::F32, next)?;
+    ///     g.recv(b, 1024, DataType::F32, prev)
+    /// })?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`P2pGroup::send`], and [`Error::InvalidArgument`] for a stream of another backend
+    /// or one stream too many.
+    pub fn group<'a>(
+        &self,
+        stream: &Stream,
+        build: impl FnOnce(&mut P2pGroup<'a>) -> Result<()>,
+    ) -> Result<()> {
+        let mut group = P2pGroup {
+            nranks: self.nranks,
+            ops: Vec::new(),
+            _borrow: PhantomData,
+        };
+        build(&mut group)?;
+        if stream.is_emu() != matches!(self.backend, Backend::Emu) {
+            return Err(Error::InvalidArgument(format!(
+                "send/recv: the stream belongs to another backend than this communicator ({})",
+                self.backend.name()
+            )));
+        }
+        if !self.spans_one_host() {
+            return Err(self.multi_host("send/recv"));
+        }
+        self.check_error()?;
+        if group.ops.is_empty() {
+            return Ok(());
+        }
+        let lane = self.lane(stream)?;
+        let kernel = {
+            let cell = &self.coll.p2p_kernel;
+            match cell.get() {
+                Some(k) => k,
+                None => {
+                    let k = self.load_kernel(&crate::DEVICE_IMAGE, "symcomm_sendrecv")?;
+                    cell.get_or_init(|| k)
+                }
+            }
+        };
+        let mut args = P2pArgs {
+            stage: WindowHandleRaw {
+                base: lane.stage_in.base(),
+                stride: lane.stage_in.stride(),
+                bytes: lane.stage_bytes,
+                rank: self.rank,
+                nranks: self.nranks,
+            },
+            nops: group.ops.len() as u32,
+            reserved: 0,
+            ops: [P2pOp::default(); SYMCOMM_P2P_MAX_OPS as usize],
+        };
+        args.ops[..group.ops.len()].copy_from_slice(&group.ops);
+        let block = if matches!(self.backend, Backend::Emu) {
+            64
+        } else {
+            512
+        };
+        let kargs = KernelArgs::new().arg(&self.device_handle()?).arg(&args);
+        // SAFETY: `symcomm_sendrecv(DevComm, P2pArgs)` by value; the staging window lives as
+        // long as the communicator; the user buffers were borrowed for this call and must stay
+        // valid until the stream has run it (the BufferRef contract).
+        unsafe {
+            stream.launch(
+                kernel,
+                LaunchConfig::linear(group.ops.len() as u32, block),
+                &kargs,
+            )
+        }
+    }
+}

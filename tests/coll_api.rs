@@ -1,0 +1,399 @@
+//! Host collectives beyond the value matrix (`coll.rs`), on the emulator with ranks as threads:
+//! the bad-input table (each documented error before anything is launched, then the next valid
+//! call passes), cross-rank mismatches (device fingerprints -> `Mismatch` on every rank),
+//! send / recv and groups (rings, self-sends, multi-chunk messages, windows and buffers, bad
+//! groups), graph capture and replay with fresh inputs each time, and two streams at once.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::thread;
+use std::time::Duration;
+
+use symcomm::bootstrap::BootstrapConfig;
+use symcomm::{
+    BufferRef, CommOptions, Communicator, DataType, Device, Error, RedOp, Stream, UniqueId,
+};
+
+fn with_ranks<T: Send>(
+    nranks: u32,
+    options: CommOptions,
+    body: impl Fn(&Communicator) -> T + Sync,
+) -> Vec<T> {
+    let id = UniqueId::new_on(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+    thread::scope(|s| {
+        let handles: Vec<_> = (0..nranks)
+            .map(|r| {
+                let (id, body, options) = (&id, &body, &options);
+                s.spawn(move || {
+                    let c = BootstrapConfig::new(id.clone(), r, nranks)
+                        .with_timeout(Duration::from_secs(30))
+                        .with_host_id("coll-api");
+                    let comm = Communicator::init_with(&c, Device::Emu, options)
+                        .unwrap_or_else(|e| panic!("rank {r}: {e}"));
+                    body(&comm)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn options() -> CommOptions {
+    CommOptions::default().with_device_timeout(Duration::from_secs(30))
+}
+
+/// A valid all-reduce of `n` f32 on windows, checked exactly; panics on any difference.
+fn valid_all_reduce(comm: &Communicator, stream: &Stream, n: usize, salt: u32) {
+    let a = comm.alloc_window::<f32>(n).unwrap();
+    let b = comm.alloc_window::<f32>(n).unwrap();
+    let value = |r: u32, i: usize| (r * 7 + salt + (i % 13) as u32) as f32;
+    a.write(
+        0,
+        &(0..n).map(|i| value(comm.rank(), i)).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    comm.barrier().unwrap();
+    comm.all_reduce(&a, &b, n, DataType::F32, RedOp::Sum, stream)
+        .unwrap();
+    stream.synchronize().unwrap();
+    comm.check_error().unwrap();
+    let got = b.to_vec().unwrap();
+    for (i, g) in got.iter().enumerate() {
+        let want: f32 = (0..comm.nranks()).map(|r| value(r, i)).sum();
+        assert_eq!(g.to_bits(), want.to_bits(), "element {i}");
+    }
+    comm.barrier().unwrap();
+}
+
+#[test]
+fn bad_inputs_are_typed_errors_and_the_next_call_passes() {
+    with_ranks(3, options(), |comm| {
+        let s = comm.create_stream().unwrap();
+        let w = comm.alloc_window::<f32>(64).unwrap();
+        let bytes = comm.alloc_window::<u8>(256).unwrap();
+        let small = comm.alloc_buffer(16).unwrap();
+        let mut cases: Vec<(&str, symcomm::Result<()>)> = vec![
+            (
+                "count overflow",
+                comm.all_reduce(&w, &w, usize::MAX, DataType::F64, RedOp::Sum, &s),
+            ),
+            (
+                "recv too small",
+                comm.all_reduce(&w, &small, 64, DataType::F32, RedOp::Sum, &s),
+            ),
+            (
+                "all_gather recv too small",
+                comm.all_gather(&w, w.range(0, 64).unwrap(), 64, DataType::F32, &s),
+            ),
+            (
+                "misaligned",
+                comm.all_reduce(
+                    bytes.range(1, 8).unwrap(),
+                    bytes.range(128, 8).unwrap(),
+                    2,
+                    DataType::F32,
+                    RedOp::Sum,
+                    &s,
+                ),
+            ),
+            (
+                "root out of range",
+                comm.broadcast(&w, &w, 4, DataType::F32, 3, &s),
+            ),
+            (
+                "overlap without in place",
+                comm.all_reduce(
+                    w.range(0, 10).unwrap(),
+                    w.range(5, 10).unwrap(),
+                    10,
+                    DataType::F32,
+                    RedOp::Sum,
+                    &s,
+                ),
+            ),
+            (
+                "all_gather overlapping at a non-in-place offset",
+                comm.all_gather(
+                    w.range(1, 4).unwrap(),
+                    w.range(0, 12).unwrap(),
+                    4,
+                    DataType::F32,
+                    &s,
+                ),
+            ),
+            (
+                "null buffer",
+                comm.all_reduce(
+                    // SAFETY: refused before anything reads it.
+                    unsafe { BufferRef::from_raw(0, 64) },
+                    &w,
+                    16,
+                    DataType::F32,
+                    RedOp::Sum,
+                    &s,
+                ),
+            ),
+            (
+                "send to a peer out of range",
+                comm.send(&w, 4, DataType::F32, 3, &s),
+            ),
+            (
+                "two sends to one peer in a group",
+                comm.group(&s, |g| {
+                    g.send(&w, 4, DataType::F32, 0)?;
+                    g.send(&w, 4, DataType::F32, 0)
+                }),
+            ),
+        ];
+        // A third stream: two lanes are taken by the first two streams used (`s`, then `s2`).
+        valid_all_reduce(comm, &s, 10, 0);
+        let s2 = comm.create_stream().unwrap();
+        let s3 = comm.create_stream().unwrap();
+        comm.all_reduce(&w, &w, 1, DataType::F32, RedOp::Max, &s2)
+            .unwrap();
+        s2.synchronize().unwrap();
+        cases.push((
+            "a third stream",
+            comm.all_reduce(&w, &w, 1, DataType::F32, RedOp::Max, &s3),
+        ));
+        for (what, r) in cases {
+            assert!(
+                matches!(r, Err(Error::InvalidArgument(_))),
+                "rank {}: {what}: {r:?}",
+                comm.rank()
+            );
+        }
+        // Nothing ran: the stream is clean and the next valid call works.
+        s.synchronize().unwrap();
+        comm.check_error().unwrap();
+        valid_all_reduce(comm, &s, 1000, 1);
+    });
+}
+
+#[test]
+fn a_count_mismatch_across_ranks_is_a_mismatch_on_every_rank() {
+    let out = with_ranks(
+        2,
+        CommOptions::default().with_device_timeout(Duration::from_secs(20)),
+        |comm| {
+            let s = comm.create_stream().unwrap();
+            let a = comm.alloc_window::<i32>(100).unwrap();
+            let b = comm.alloc_window::<i32>(100).unwrap();
+            let n = if comm.rank() == 0 { 50 } else { 51 };
+            comm.all_reduce(&a, &b, n, DataType::I32, RedOp::Sum, &s)
+                .unwrap();
+            s.synchronize().unwrap();
+            let first = comm.check_error();
+            // Sticky: later calls report it before launching anything.
+            let later = comm.all_reduce(&a, &b, 10, DataType::I32, RedOp::Sum, &s);
+            (first, later)
+        },
+    );
+    for (r, (first, later)) in out.iter().enumerate() {
+        assert!(
+            matches!(first, Err(Error::Mismatch { .. })),
+            "rank {r}: {first:?}"
+        );
+        assert!(
+            matches!(later, Err(Error::Mismatch { .. })),
+            "rank {r}: {later:?}"
+        );
+    }
+}
+
+#[test]
+fn send_recv_rings_self_sends_and_multi_chunk_messages() {
+    for nranks in [1u32, 2, 3, 4] {
+        with_ranks(nranks, options(), |comm| {
+            let s = comm.create_stream().unwrap();
+            let (me, n) = (comm.rank(), comm.nranks());
+            let next = (me + 1) % n;
+            let prev = (me + n - 1) % n;
+            // 1.5 M u32 = 6 MB: more than one chunk of the staging window (4 MiB / nranks).
+            for count in [0usize, 1, 1023, 1_500_000] {
+                let value = |r: u32, i: usize| (r << 24) ^ (i as u32).wrapping_mul(2_654_435_761);
+                let out = comm.alloc_buffer(count.max(1) * 4).unwrap();
+                let inp = comm.alloc_window::<u32>(count.max(1)).unwrap();
+                let back = comm.alloc_window::<u32>(count.max(1)).unwrap();
+                inp.write(0, &(0..count).map(|i| value(me, i)).collect::<Vec<_>>())
+                    .unwrap();
+                comm.barrier().unwrap();
+                // Ring: send to next, receive from prev (window -> buffer), plus a self-send
+                // (window -> window) in the same group.
+                comm.group(&s, |g| {
+                    g.send(&inp, count, DataType::U32, next)?;
+                    g.recv(&out, count, DataType::U32, prev)?;
+                    if n > 1 {
+                        g.send(&inp, count, DataType::U32, me)?;
+                        g.recv(&back, count, DataType::U32, me)?;
+                    }
+                    Ok(())
+                })
+                .unwrap();
+                s.synchronize().unwrap();
+                comm.check_error().unwrap();
+                let mut got = vec![0u32; count];
+                out.read(0, &mut got).unwrap();
+                let wrong = (0..count).filter(|&i| got[i] != value(prev, i)).count();
+                assert_eq!(wrong, 0, "{n} ranks, count {count}: ring #wrong");
+                if n > 1 {
+                    back.read(0, &mut got).unwrap();
+                    let wrong = (0..count).filter(|&i| got[i] != value(me, i)).count();
+                    assert_eq!(wrong, 0, "{n} ranks, count {count}: self #wrong");
+                }
+                comm.barrier().unwrap();
+            }
+            // Lone send and recv between ranks 0 and 1, twice (the pair's counters continue).
+            if n >= 2 && me < 2 {
+                let buf = comm.alloc_buffer(4 * 100).unwrap();
+                for round in 0..2u32 {
+                    if me == 0 {
+                        buf.write(0, &vec![round + 10; 100]).unwrap();
+                        comm.send(&buf, 100, DataType::U32, 1, &s).unwrap();
+                    } else {
+                        comm.recv(&buf, 100, DataType::U32, 0, &s).unwrap();
+                    }
+                    s.synchronize().unwrap();
+                    comm.check_error().unwrap();
+                    if me == 1 {
+                        let mut got = vec![0u32; 100];
+                        buf.read(0, &mut got).unwrap();
+                        assert!(got.iter().all(|&v| v == round + 10), "round {round}");
+                    }
+                }
+            }
+        });
+    }
+}
+
+#[test]
+fn a_length_mismatch_in_send_recv_fails_both_sides() {
+    let out = with_ranks(
+        2,
+        CommOptions::default().with_device_timeout(Duration::from_millis(500)),
+        |comm| {
+            let s = comm.create_stream().unwrap();
+            let buf = comm.alloc_buffer(4096).unwrap();
+            if comm.rank() == 0 {
+                comm.send(&buf, 100, DataType::U8, 1, &s).unwrap();
+            } else {
+                comm.recv(&buf, 200, DataType::U8, 0, &s).unwrap();
+            }
+            s.synchronize().unwrap();
+            comm.check_error()
+        },
+    );
+    assert!(
+        matches!(
+            out[0],
+            Err(Error::Timeout {
+                rank: 0,
+                peer: 1,
+                ..
+            })
+        ),
+        "{:?}",
+        out[0]
+    );
+    assert!(
+        matches!(out[1], Err(Error::Mismatch { rank: 1, .. })),
+        "{:?}",
+        out[1]
+    );
+}
+
+#[test]
+fn captured_collectives_replay_with_fresh_inputs() {
+    with_ranks(3, options(), |comm| {
+        let s = comm.create_stream().unwrap();
+        let n = 777usize;
+        let (me, nr) = (comm.rank(), comm.nranks());
+        let a = comm.alloc_window::<f32>(n).unwrap();
+        let b = comm.alloc_window::<f32>(n).unwrap();
+        let gin = comm.alloc_buffer(n * 4).unwrap();
+        let gout = comm.alloc_buffer(n * 4 * nr as usize).unwrap();
+        let ring = comm.alloc_buffer(n * 4).unwrap();
+        // A stream's first collective sets up its lane (a collective allocation): refused
+        // while capturing, with nothing recorded.
+        s.begin_capture().unwrap();
+        let first = comm.all_reduce(&a, &b, n, DataType::F32, RedOp::Sum, &s);
+        assert!(matches!(first, Err(Error::InvalidArgument(_))), "{first:?}");
+        assert!(s.end_capture().unwrap().is_empty());
+        // Warm up the lane, then capture.
+        comm.all_reduce(&a, &b, 1, DataType::F32, RedOp::Sum, &s)
+            .unwrap();
+        s.synchronize().unwrap();
+        comm.barrier().unwrap();
+        s.begin_capture().unwrap();
+        comm.all_reduce(&a, &b, n, DataType::F32, RedOp::Sum, &s)
+            .unwrap();
+        comm.all_gather(&gin, &gout, n, DataType::F32, &s).unwrap();
+        comm.group(&s, |g| {
+            g.send(&gin, n, DataType::F32, (me + 1) % nr)?;
+            g.recv(&ring, n, DataType::F32, (me + nr - 1) % nr)
+        })
+        .unwrap();
+        let graph = s.end_capture().unwrap();
+        assert!(!graph.is_empty());
+        for replay in 0..20u32 {
+            let value = |r: u32, i: usize| (replay * 100 + r * 10 + (i % 7) as u32) as f32;
+            let mine: Vec<f32> = (0..n).map(|i| value(me, i)).collect();
+            a.write(0, &mine).unwrap();
+            gin.write(0, &mine).unwrap();
+            comm.barrier().unwrap();
+            graph.launch(&s).unwrap();
+            s.synchronize().unwrap();
+            comm.check_error().unwrap();
+            let sum = b.to_vec().unwrap();
+            let mut gathered = vec![0f32; n * nr as usize];
+            gout.read(0, &mut gathered).unwrap();
+            let mut from_prev = vec![0f32; n];
+            ring.read(0, &mut from_prev).unwrap();
+            let prev = (me + nr - 1) % nr;
+            for i in 0..n {
+                let want: f32 = (0..nr).map(|r| value(r, i)).sum();
+                assert_eq!(sum[i].to_bits(), want.to_bits(), "replay {replay} sum {i}");
+                for r in 0..nr {
+                    assert_eq!(gathered[r as usize * n + i], value(r, i), "replay {replay}");
+                }
+                assert_eq!(from_prev[i], value(prev, i), "replay {replay} ring");
+            }
+            comm.barrier().unwrap();
+        }
+    });
+}
+
+#[test]
+fn two_streams_run_collectives_at_once() {
+    with_ranks(3, options(), |comm| {
+        let (s1, s2) = (comm.create_stream().unwrap(), comm.create_stream().unwrap());
+        let n = 5000usize;
+        let a1 = comm.alloc_window::<i64>(n).unwrap();
+        let b1 = comm.alloc_window::<i64>(n).unwrap();
+        let a2 = comm.alloc_buffer(n * 8).unwrap();
+        let b2 = comm.alloc_buffer(n * 8 * 3).unwrap();
+        let v = |r: u32, i: usize| i64::from(r) * 1_000_000 + i as i64;
+        let mine: Vec<i64> = (0..n).map(|i| v(comm.rank(), i)).collect();
+        a1.write(0, &mine).unwrap();
+        a2.write(0, &mine).unwrap();
+        comm.barrier().unwrap();
+        for _ in 0..3 {
+            comm.all_reduce(&a1, &b1, n, DataType::I64, RedOp::Max, &s1)
+                .unwrap();
+            comm.all_gather(&a2, &b2, n, DataType::I64, &s2).unwrap();
+        }
+        s1.synchronize().unwrap();
+        s2.synchronize().unwrap();
+        comm.check_error().unwrap();
+        let max = b1.to_vec().unwrap();
+        let mut gathered = vec![0i64; n * 3];
+        b2.read(0, &mut gathered).unwrap();
+        for i in 0..n {
+            assert_eq!(max[i], v(2, i));
+            for r in 0..3 {
+                assert_eq!(gathered[r as usize * n + i], v(r, i));
+            }
+        }
+    });
+}
