@@ -1486,7 +1486,7 @@ mod tests {
 
     use super::*;
     use crate::DEVICE_IMAGE;
-    use crate::backend::emu::LocalTeam;
+    use crate::backend::emu::EmuTeam;
 
     const PING_PONG: &str = "symcomm_ping_pong";
 
@@ -1507,7 +1507,7 @@ mod tests {
     }
 
     fn ping_pong_args(
-        team: &mut LocalTeam,
+        team: &mut EmuTeam,
         rank: u32,
         timeout_ns: u64,
         rounds: u32,
@@ -1526,7 +1526,7 @@ mod tests {
     fn ranks_on_separate_streams_run_concurrently() {
         let _g = serial();
         let (rounds, words, launches) = (4u32, 64u32, 3usize);
-        let mut team = LocalTeam::new(2, u64::from(words) * 4).unwrap();
+        let mut team = EmuTeam::new(2, u64::from(words) * 4).unwrap();
         let kernel = Kernel::load(&Backend::Emu, &DEVICE_IMAGE, PING_PONG).unwrap();
         assert_eq!(kernel.name(), PING_PONG);
         let results: Vec<Vec<Arc<[AtomicU32; 3]>>> = (0..2)
@@ -1572,7 +1572,7 @@ mod tests {
     #[test]
     fn work_runs_in_order_with_kernels() {
         let _g = serial();
-        let mut team = LocalTeam::new(1, 64).unwrap();
+        let mut team = EmuTeam::new(1, 64).unwrap();
         let kernel = Kernel::load(&Backend::Emu, &DEVICE_IMAGE, PING_PONG).unwrap();
         let stream = Stream::new(&Backend::Emu).unwrap();
         let log = Arc::new(Mutex::new(Vec::<String>::new()));
@@ -1619,7 +1619,7 @@ mod tests {
     #[test]
     fn errors_are_sticky_and_later_work_is_skipped() {
         let _g = serial();
-        let mut team = LocalTeam::new(1, 64).unwrap();
+        let mut team = EmuTeam::new(1, 64).unwrap();
         let kernel = Kernel::load(&Backend::Emu, &DEVICE_IMAGE, PING_PONG).unwrap();
         let stream = Stream::new(&Backend::Emu).unwrap();
         let result = result_buf();
@@ -1761,7 +1761,7 @@ mod tests {
         let _g = serial();
         // Rank 1 of a 2-rank team never launches: rank 0 times out, which the kernel records in
         // its result (the stream itself succeeds).
-        let mut team = LocalTeam::new(2, 64).unwrap();
+        let mut team = EmuTeam::new(2, 64).unwrap();
         let kernel = Kernel::load(&Backend::Emu, &DEVICE_IMAGE, PING_PONG).unwrap();
         let stream = Stream::new(&Backend::Emu).unwrap();
         let result = result_buf();
@@ -1936,7 +1936,7 @@ mod tests {
     #[test]
     fn raw_copies_and_sets_run_in_stream_order() {
         let _g = serial();
-        let mut team = LocalTeam::new(1, 64).unwrap();
+        let mut team = EmuTeam::new(1, 64).unwrap();
         let kernel = Kernel::load(&Backend::Emu, &DEVICE_IMAGE, PING_PONG).unwrap();
         let stream = Stream::new(&Backend::Emu).unwrap();
         let a = Arc::new(Buffer::new(&Backend::Emu, 64).unwrap());
@@ -2084,7 +2084,7 @@ mod tests {
     fn graphs_replay_recorded_work_and_kernel_epochs_continue() {
         let _g = serial();
         let (rounds, words_per_round, replays) = (3u32, 32u32, 20usize);
-        let mut team = LocalTeam::new(2, u64::from(words_per_round) * 4).unwrap();
+        let mut team = EmuTeam::new(2, u64::from(words_per_round) * 4).unwrap();
         let kernel = Kernel::load(&Backend::Emu, &DEVICE_IMAGE, PING_PONG).unwrap();
         let streams = [
             Stream::new(&Backend::Emu).unwrap(),
@@ -2195,7 +2195,7 @@ mod tests {
     }
 
     fn ping_pong_args_at(
-        team: &mut LocalTeam,
+        team: &mut EmuTeam,
         rank: u32,
         rounds: u32,
         words: u32,

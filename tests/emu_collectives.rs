@@ -22,7 +22,7 @@ use std::ffi::c_void;
 use support::values::{DTYPES, DType, OPS, Rng, Val, input, reduce_vals, seed};
 use symcomm::DEVICE_IMAGE;
 use symcomm::abi::*;
-use symcomm::backend::emu::{LocalTeam, launch};
+use symcomm::backend::emu::{EmuTeam, launch};
 
 // ---------------------------------------------------------------------------------------------
 // One collective call on a fresh team and its check.
@@ -112,7 +112,7 @@ fn run_case(c: &Case, salt: u64) -> Outcome {
     } else {
         vec![window_elems * sz, window_elems * sz]
     };
-    let mut team = LocalTeam::with_windows(c.nranks, &windows).unwrap();
+    let mut team = EmuTeam::with_windows(c.nranks, &windows).unwrap();
     let dst_w = if c.in_place { 0 } else { 1 };
 
     // Per rank: input offset (elements) and output offset, for tile 0.

@@ -1,5 +1,5 @@
 //! Failure semantics of the device collectives on the emulator, through the built-in kernels
-//! `symcomm_collective_<dtype>` (ranks as threads of this process, one `LocalTeam` per case):
+//! `symcomm_collective_<dtype>` (ranks as threads of this process, one `EmuTeam` per case):
 //!
 //! - a rank that never arrives: every launched rank returns after the deadline with Timeout,
 //!   naming the missing peer;
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use symcomm::DEVICE_IMAGE;
 use symcomm::abi::*;
-use symcomm::backend::emu::{LocalTeam, launch};
+use symcomm::backend::emu::{EmuTeam, launch};
 
 /// Fill of every window byte that no collective is supposed to write.
 const CANARY: u8 = 0xA5;
@@ -146,8 +146,8 @@ fn durations(times: &[(Instant, Instant)]) -> Vec<Duration> {
 }
 
 /// A team whose windows are all canary.
-fn canary_team(nranks: u32, window_bytes: &[u64]) -> LocalTeam {
-    let mut team = LocalTeam::with_windows(nranks, window_bytes).expect("team");
+fn canary_team(nranks: u32, window_bytes: &[u64]) -> EmuTeam {
+    let mut team = EmuTeam::with_windows(nranks, window_bytes).expect("team");
     for w in 0..window_bytes.len() {
         for r in 0..nranks {
             team.bytes_mut(w, r).fill(CANARY);
@@ -158,7 +158,7 @@ fn canary_team(nranks: u32, window_bytes: &[u64]) -> LocalTeam {
 
 /// Every window copy of every rank in `ranks` still holds only the canary.
 fn assert_untouched(
-    team: &LocalTeam,
+    team: &EmuTeam,
     windows: usize,
     ranks: impl IntoIterator<Item = u32>,
     label: &str,
@@ -173,7 +173,7 @@ fn assert_untouched(
 
 /// A grid-scope collective on windows 0 (input) and 1 (output) at offset 0, as every rank calls
 /// it in these tests unless a field is overridden.
-fn coll(team: &mut LocalTeam, rank: u32, kind: u32, dtype: u32, count: u64) -> CollArgs {
+fn coll(team: &mut EmuTeam, rank: u32, kind: u32, dtype: u32, count: u64) -> CollArgs {
     CollArgs {
         kind,
         dtype,
@@ -232,7 +232,7 @@ const SHAPES: [(u32, u32); 4] = [(1, 32), (2, 3), (3, 1), (2, 64)];
 
 /// Launches of `kind` for every rank of the team except `missing`.
 fn all_but(
-    team: &mut LocalTeam,
+    team: &mut EmuTeam,
     missing: u32,
     kind: u32,
     timeout: Duration,
@@ -319,7 +319,7 @@ fn raising_the_abort_flag_stops_every_waiting_rank() {
         let mut team = canary_team(nranks, &[bytes, bytes]);
         let calls = all_but(&mut team, missing, kind, LONG, shape, 3);
         assert!(!team.abort_raised());
-        // The host raises the flag while the kernels run (LocalTeam::set_abort takes &self).
+        // The host raises the flag while the kernels run (EmuTeam::set_abort takes &self).
         let mut raised_at = None;
         let times = run_concurrently(&calls, || {
             std::thread::sleep(raise_after);
@@ -1229,7 +1229,7 @@ fn replayed_launches_continue_their_epochs_in_device_memory() {
         let tiles = if cta_scope { u64::from(grid) } else { 1 };
         let elems = count * tiles;
         let len = elems as usize * ty.size();
-        let mut team = LocalTeam::new(nranks, len as u64).expect("team");
+        let mut team = EmuTeam::new(nranks, len as u64).expect("team");
         if first_epoch != 0 {
             // As if every barrier slot had completed `first_epoch` barriers on every rank.
             let comm = team.dev_comm(0, 0);
@@ -1444,7 +1444,7 @@ fn back_to_back_launches_of_every_kind_and_grid_shape() {
             bytes = (base + step.tiles() * tile_stride + 8) * elem;
             steps.push(step);
         }
-        let mut team = LocalTeam::with_windows(nranks, &[bytes, bytes]).expect("team");
+        let mut team = EmuTeam::with_windows(nranks, &[bytes, bytes]).expect("team");
         // Initial image: canary, then each step's inputs.
         let mut image = vec![vec![vec![CANARY; bytes as usize]; 2]; nranks as usize];
         for (k, s) in steps.iter().enumerate() {

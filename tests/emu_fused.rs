@@ -24,7 +24,7 @@ use symcomm::abi::{
     DevComm, SYMCOMM_OP_BARRIER, SYMCOMM_OP_COLLECTIVE, SYMCOMM_STATUS_INVALID_ARGUMENT,
     SYMCOMM_STATUS_MISMATCH, SYMCOMM_STATUS_OK, SYMCOMM_STATUS_TIMEOUT, WindowHandleRaw,
 };
-use symcomm::backend::emu::{LocalTeam, launch};
+use symcomm::backend::emu::{EmuTeam, launch};
 
 /// Mirror of `AllReduceRmsNormArgs<T>` (the same layout for every T; pointers as addresses).
 #[repr(C)]
@@ -211,10 +211,10 @@ impl Shape {
     }
 }
 
-fn new_team(s: &Shape) -> LocalTeam {
+fn new_team(s: &Shape) -> EmuTeam {
     let sz = s.dt.size() as u64;
     let rows = s.elems() * sz;
-    LocalTeam::with_windows(
+    EmuTeam::with_windows(
         s.nranks,
         &[
             (s.partial_offset + s.elems()) * sz,
@@ -228,12 +228,12 @@ fn new_team(s: &Shape) -> LocalTeam {
 }
 
 /// Address of element 0 of rank `r`'s copy of window `w`.
-fn local_addr(team: &mut LocalTeam, w: usize, r: u32) -> u64 {
+fn local_addr(team: &mut EmuTeam, w: usize, r: u32) -> u64 {
     let h = team.window_of(w, r);
     h.base + u64::from(r) * h.stride
 }
 
-fn args_of(team: &mut LocalTeam, s: &Shape, r: u32) -> AllReduceRmsNormArgs {
+fn args_of(team: &mut EmuTeam, s: &Shape, r: u32) -> AllReduceRmsNormArgs {
     let residual = local_addr(team, W_RESIDUAL, r);
     AllReduceRmsNormArgs {
         partial: team.window_of(W_PARTIAL, r),
@@ -284,7 +284,7 @@ fn launch_all(s: &Shape, calls: Vec<(DevComm, AllReduceRmsNormArgs)>) {
 }
 
 /// Writes the inputs of iteration `iter` (partials of every rank, residual and gamma).
-fn fill(team: &mut LocalTeam, s: &Shape) {
+fn fill(team: &mut EmuTeam, s: &Shape) {
     let h = u64::from(s.hidden);
     for r in 0..s.nranks {
         let buf = team.bytes_mut(W_PARTIAL, r);
@@ -363,7 +363,7 @@ fn check_row(
 /// Checks every rank's outputs after one launch whose partials were those of iteration `iter`
 /// and whose input residual was `residual_in(t, i)`.
 fn check_outputs(
-    team: &LocalTeam,
+    team: &EmuTeam,
     s: &Shape,
     iter: u64,
     residual_in: &dyn Fn(u64, u64) -> f32,
@@ -402,7 +402,7 @@ fn check_outputs(
     counts
 }
 
-fn errors(team: &LocalTeam, n: u32) -> Vec<u32> {
+fn errors(team: &EmuTeam, n: u32) -> Vec<u32> {
     (0..n).map(|r| team.error(r).status).collect()
 }
 

@@ -12,14 +12,14 @@ use symcomm::abi::{
     DevComm, SYMCOMM_OP_SIGNAL_WAIT, SYMCOMM_STATUS_ABI_MISMATCH, SYMCOMM_STATUS_OK,
     SYMCOMM_STATUS_TIMEOUT, WindowHandleRaw,
 };
-use symcomm::backend::emu::{LocalTeam, launch};
+use symcomm::backend::emu::{EmuTeam, launch};
 
 const KERNEL: &str = "symcomm_ping_pong";
 
 /// Launches the ring on `ranks` (a subset of the team may be launched, to model a missing rank)
 /// and returns [status, wrong, rounds] per launched rank.
 fn run(
-    team: &mut LocalTeam,
+    team: &mut EmuTeam,
     ranks: &[u32],
     timeout_ns: u64,
     rounds: u32,
@@ -66,7 +66,7 @@ fn run(
 fn ring_is_exact_for_every_rank_count_and_back_to_back_launches() {
     for nranks in [1u32, 2, 3, 4, 5, 8] {
         for (words, threads) in [(0u32, 1u32), (1, 1), (nranks + 1, 3), (1021, 32)] {
-            let mut team = LocalTeam::new(nranks, u64::from(words.max(1)) * 4).expect("team");
+            let mut team = EmuTeam::new(nranks, u64::from(words.max(1)) * 4).expect("team");
             let ranks: Vec<u32> = (0..nranks).collect();
             for launch_no in 0..3 {
                 let res = run(&mut team, &ranks, 20_000_000_000, 4, words, threads);
@@ -84,7 +84,7 @@ fn ring_is_exact_for_every_rank_count_and_back_to_back_launches() {
 
 #[test]
 fn missing_rank_times_out_within_the_deadline() {
-    let mut team = LocalTeam::new(3, 64).expect("team");
+    let mut team = EmuTeam::new(3, 64).expect("team");
     let timeout = Duration::from_millis(200);
     let start = Instant::now();
     // Rank 2 never launches: rank 0 sends to 1, rank 1 forwards to 2, and rank 0 waits for rank 2.
@@ -112,7 +112,7 @@ fn missing_rank_times_out_within_the_deadline() {
 
 #[test]
 fn stale_abi_version_is_refused() {
-    let mut team = LocalTeam::new(1, 64).expect("team");
+    let mut team = EmuTeam::new(1, 64).expect("team");
     let mut comm = team.dev_comm(0, 1_000_000_000);
     comm.abi_version += 1;
     let mut win = team.window(0);

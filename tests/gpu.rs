@@ -8,7 +8,7 @@
 //! figures, and under `figures` the collective bandwidth tables.
 //!
 //! Checks, on GPU 0 with the ranks of a team as streams on that GPU (flat layout, as the
-//! emulator's `LocalTeam`):
+//! emulator's `EmuTeam`):
 //! - the driver probe, and NVRTC's version;
 //! - the embedded `symcomm_ping_pong` kernel from the fatbin, 2 ranks, 3 launches back to back
 //!   without resetting the signal area (epochs continue), exact data, with the round-trip latency;
@@ -59,7 +59,7 @@ use symcomm::abi::*;
 use symcomm::backend::cuda::{
     self, CudaDevice, CudaFunction, CudaModule, DeviceBuffer, ModuleOrigin, Stream,
 };
-use symcomm::backend::emu::{self, LocalTeam};
+use symcomm::backend::emu::{self, EmuTeam};
 
 const KERNEL: &str = "symcomm_ping_pong";
 /// Alignment of each rank's window copy (DESIGN §3).
@@ -103,7 +103,7 @@ fn err(e: impl std::fmt::Display) -> String {
 // A team of ranks as streams on one GPU
 // ---------------------------------------------------------------------------------------------
 
-/// N ranks as streams on one GPU, in the flat layout of the emulator's `LocalTeam` (DESIGN §3):
+/// N ranks as streams on one GPU, in the flat layout of the emulator's `EmuTeam` (DESIGN §3):
 /// one device allocation each for the signal area (N*N*SYMCOMM_SIGNAL_SLOTS u64, zeroed; rank r's
 /// array at `signals + r * signal_stride`), the error records (one per rank), the abort flag, and
 /// every window (rank r's copy at `base + r * stride`, the stride a multiple of 256 bytes).
@@ -668,11 +668,11 @@ impl Ranks for GpuRanks<'_> {
     }
 }
 
-/// Ranks as threads on the CPU emulator (a `LocalTeam`).
+/// Ranks as threads on the CPU emulator (a `EmuTeam`).
 struct EmuRanks {
     nranks: u32,
     capacity: u64,
-    team: LocalTeam,
+    team: EmuTeam,
 }
 
 impl EmuRanks {
@@ -680,7 +680,7 @@ impl EmuRanks {
         Ok(EmuRanks {
             nranks,
             capacity: window_bytes,
-            team: LocalTeam::with_windows(nranks, &[window_bytes, window_bytes]).map_err(err)?,
+            team: EmuTeam::with_windows(nranks, &[window_bytes, window_bytes]).map_err(err)?,
         })
     }
 }
@@ -779,9 +779,9 @@ impl Ranks for EmuRanks {
     }
 
     fn reset(&mut self) -> Result<(), String> {
-        // A LocalTeam cannot zero its signal area: start over with fresh (zeroed) memory.
+        // A EmuTeam cannot zero its signal area: start over with fresh (zeroed) memory.
         self.team =
-            LocalTeam::with_windows(self.nranks, &[self.capacity, self.capacity]).map_err(err)?;
+            EmuTeam::with_windows(self.nranks, &[self.capacity, self.capacity]).map_err(err)?;
         Ok(())
     }
 }

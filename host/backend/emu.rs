@@ -1,10 +1,11 @@
 //! The CPU emulator backend: runs the embedded kernels' emulator builds.
 //!
-//! [`launch`] runs one kernel of an embedded [`DeviceImage`](symcomm_device::image::DeviceImage)
-//! and blocks until it finished. [`LocalTeam`] lays out the signal area, abort flag, error records
-//! and one symmetric window for N ranks of one process in the flat layout (DESIGN §3) — the
-//! in-process harness that the emulator tests use; communicators with windows for any number of
-//! processes build on the same layout.
+//! [`launch`] runs one kernel of an embedded [`DeviceImage`]
+//! and blocks until it finished. [`EmuTeam`] lays out the signal area, abort flag, error records
+//! and symmetric windows for N ranks of one process in the flat layout (DESIGN §3) — a bare test
+//! fixture for driving kernels directly (no bootstrap, no control plane). Programs use a
+//! [`Communicator`](crate::Communicator) on `Device::Emu`, whose windows have the same layout
+//! and work across processes.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -83,7 +84,7 @@ impl Arena {
 
 /// N ranks of one process sharing a signal area and symmetric windows, in the flat layout: rank
 /// r's copy of a window at `base + r * stride`.
-pub struct LocalTeam {
+pub struct EmuTeam {
     nranks: u32,
     signals: Arena,
     windows: Vec<LocalWindow>,
@@ -99,7 +100,7 @@ struct LocalWindow {
     arena: Arena,
 }
 
-impl LocalTeam {
+impl EmuTeam {
     /// A team of `nranks` ranks with one window of `window_bytes` bytes per rank, all zeroed.
     ///
     /// # Errors
@@ -140,7 +141,7 @@ impl LocalTeam {
                 }
             })
             .collect();
-        Ok(LocalTeam {
+        Ok(EmuTeam {
             nranks,
             signals: Arena::new(signal_bytes),
             windows,
