@@ -2,6 +2,7 @@
 //!
 //! `symcomm info` — version, embedded device code, available backends, tunables.
 //! `symcomm launch -n N PROGRAM [ARGS]...` — runs N ranks of a program on this machine.
+//! `symcomm perf [COLLECTIVE] [OPTIONS]` — nccl-tests compatible benchmark of the collectives.
 
 use std::process::ExitCode;
 
@@ -9,6 +10,7 @@ use clap::{Parser, Subcommand};
 
 mod info;
 mod launch;
+mod perf;
 
 /// symcomm: device-initiated GPU communication.
 #[derive(Debug, Parser)]
@@ -36,6 +38,14 @@ enum Command {
     /// fails, the others get SIGTERM (SIGKILL after --grace-ms) and the launcher exits with the
     /// failing rank's status (128 + S for signal S); 124 after --timeout; 2 for bad arguments.
     Launch(launch::LaunchArgs),
+    /// Benchmark a collective like nccl-tests: the same options (-b -e -f -i -n -w -c -o -d -r),
+    /// the same table (size, count, type, redop, root, then time, algbw, busbw and #wrong out of
+    /// place and in place) and busbw factors, every result checked.
+    ///
+    /// Ranks are -t threads of this process (default 4), or, under `symcomm launch` / torchrun
+    /// (RANK set), this process is one rank and rank 0 prints. Exits 1 when a result is wrong or
+    /// a call fails, 2 for bad arguments.
+    Perf(perf::PerfArgs),
 }
 
 fn main() -> ExitCode {
@@ -47,5 +57,6 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Info { json } => info::run(json),
         Command::Launch(args) => launch::run(&args),
+        Command::Perf(args) => perf::run(&args),
     }
 }
