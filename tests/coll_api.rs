@@ -268,6 +268,86 @@ fn send_recv_rings_self_sends_and_multi_chunk_messages() {
 }
 
 #[test]
+fn in_place_send_recv_rings_and_overlap_rules() {
+    for nranks in [1u32, 2, 3, 5] {
+        with_ranks(nranks, options(), |comm| {
+            let s = comm.create_stream().unwrap();
+            let (me, n) = (comm.rank(), comm.nranks());
+            let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+            for count in [1usize, 999, 1_200_001] {
+                let value = |r: u32, i: usize| (r << 24) ^ (i as u32).wrapping_mul(40_503);
+                let buf = comm.alloc_buffer(count * 4).unwrap();
+                buf.write(0, &(0..count).map(|i| value(me, i)).collect::<Vec<_>>())
+                    .unwrap();
+                comm.barrier().unwrap();
+                // A send and a receive of the same bytes: in place, in either posting order.
+                comm.group(&s, |g| {
+                    if me % 2 == 0 {
+                        g.send(&buf, count, DataType::U32, next)?;
+                        g.recv(&buf, count, DataType::U32, prev)
+                    } else {
+                        g.recv(&buf, count, DataType::U32, prev)?;
+                        g.send(&buf, count, DataType::U32, next)
+                    }
+                })
+                .unwrap();
+                s.synchronize().unwrap();
+                comm.check_error().unwrap();
+                let mut got = vec![0u32; count];
+                buf.read(0, &mut got).unwrap();
+                let wrong = (0..count).filter(|&i| got[i] != value(prev, i)).count();
+                assert_eq!(wrong, 0, "{n} ranks, count {count}: in-place ring #wrong");
+                comm.barrier().unwrap();
+            }
+            // Partial overlaps with a receive, and two receives into one buffer, are refused.
+            let w = comm.alloc_window::<u32>(64).unwrap();
+            for (what, r) in [
+                (
+                    "recv overlapping a send partly",
+                    comm.group(&s, |g| {
+                        g.send(w.range(0, 32)?, 32, DataType::U32, next)?;
+                        g.recv(w.range(16, 32)?, 32, DataType::U32, prev)
+                    }),
+                ),
+                (
+                    "two receives into one buffer",
+                    comm.group(&s, |g| {
+                        g.recv(w.range(0, 32)?, 32, DataType::U32, prev)?;
+                        g.recv(w.range(8, 8)?, 8, DataType::U32, next)
+                    }),
+                ),
+            ] {
+                if n > 1 || what.starts_with("recv") {
+                    assert!(matches!(r, Err(Error::InvalidArgument(_))), "{what}: {r:?}");
+                }
+            }
+            // Two sends of one buffer are fine (both read it).
+            let out = comm.alloc_buffer(8 * 4).unwrap();
+            let out2 = comm.alloc_buffer(8 * 4).unwrap();
+            w.write(0, &[me + 1; 8]).unwrap();
+            comm.barrier().unwrap();
+            comm.group(&s, |g| {
+                g.send(w.range(0, 8)?, 8, DataType::U32, next)?;
+                g.send(w.range(0, 8)?, 8, DataType::U32, prev)?;
+                g.recv(&out, 8, DataType::U32, prev)?;
+                g.recv(&out2, 8, DataType::U32, next)
+            })
+            .or_else(|e| if n <= 2 { Ok(()) } else { Err(e) })
+            .unwrap();
+            if n > 2 {
+                s.synchronize().unwrap();
+                comm.check_error().unwrap();
+                let mut got = [0u32; 8];
+                out.read(0, &mut got).unwrap();
+                assert_eq!(got, [prev + 1; 8]);
+                out2.read(0, &mut got).unwrap();
+                assert_eq!(got, [next + 1; 8]);
+            }
+        });
+    }
+}
+
+#[test]
 fn a_length_mismatch_in_send_recv_fails_both_sides() {
     let out = with_ranks(
         2,

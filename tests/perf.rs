@@ -432,12 +432,9 @@ fn sendrecv_to_self() {
     assert_eq!(t.out_of_bounds, "0 OK");
 }
 
-/// nccl-tests' sendrecv ring on 3 ranks. Ignored: in place (the send and the receive of one
-/// group on the same memory, as nccl-tests runs it) the library returns wrong elements — the
-/// receive from rank r − 1 overwrites data before the send to rank r + 1 has read it.
-/// Out of place is right. Run with `cargo test --test perf -- --ignored`.
+/// nccl-tests' sendrecv ring on 3 ranks, out of place and in place (the send and the receive of
+/// one group on the same memory, as nccl-tests runs it: one exchange operation).
 #[test]
-#[ignore = "in-place sendrecv (send and recv on the same memory) races in the library"]
 fn sendrecv_ring() {
     for buffers in ["window", "device"] {
         let out = symcomm(&[
@@ -624,4 +621,39 @@ fn ranks_as_processes() {
         t.comments.iter().any(|c| c.contains("2 as processes")),
         "{stdout}"
     );
+}
+
+/// `--copy-bandwidth`: a device-to-device copy reference after the table and in the JSON.
+#[test]
+fn copy_bandwidth_reference() {
+    let args = [
+        "perf",
+        "all_reduce",
+        "-t",
+        "2",
+        "-b",
+        "1K",
+        "-e",
+        "64K",
+        "-f",
+        "8",
+        "-n",
+        "2",
+        "-w",
+        "1",
+        "--device",
+        "emu",
+        "--copy-bandwidth",
+    ];
+    let table = ok(&symcomm(&args), "copy bandwidth");
+    let line = table
+        .lines()
+        .find(|l| l.starts_with("# Device copy bandwidth:"))
+        .unwrap_or_else(|| panic!("no copy bandwidth line in:\n{table}"));
+    let gbps: f64 = line.split_whitespace().nth(4).unwrap().parse().unwrap();
+    assert!(gbps > 0.0, "{line}");
+    let mut json_args = args.to_vec();
+    json_args.push("--json");
+    let v: serde_json::Value = serde_json::from_str(&ok(&symcomm(&json_args), "json")).unwrap();
+    assert!(v["copy_bandwidth_gbps"].as_f64().unwrap() > 0.0, "{v}");
 }

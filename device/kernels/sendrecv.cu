@@ -1,10 +1,12 @@
 // Point-to-point: the built-in kernel behind the host's `send`, `recv` and send/recv groups.
 //
 // `symcomm_sendrecv(DevComm comm, P2pArgs args)`: CTA i runs args.ops[i], a send of `bytes` bytes
-// from device memory `addr` to rank `peer`, or a receive of `bytes` bytes from `peer` into
-// `addr`. All operations of one launch run concurrently, so a rank can post sends and receives
-// in any order without deadlock (pipeline parallelism). Every launch needs a matching launch on
-// each peer involved (the same byte counts, at most one send and one receive per peer).
+// from device memory `addr` to rank `peer`, a receive of `bytes` bytes from `peer` into `addr`,
+// or an exchange (in place: send `addr` to `peer` and receive from `recv_peer` into the same
+// bytes, one chunk after the other, so every chunk leaves before its replacement arrives). All
+// operations of one launch run concurrently, so a rank can post sends and receives in any order
+// without deadlock (pipeline parallelism). Every launch needs a matching launch on each peer
+// involved (the same byte counts, at most one send and one receive per peer).
 //
 // Data moves in chunks through the staging window `args.stage` (region per peer: rank s's copy
 // at offset d * region holds what s sends to d): per chunk k the sender copies the chunk from its
@@ -33,12 +35,56 @@ constexpr uint32_t SLOT_RECVD = SYMCOMM_P2P_FIRST_SLOT + 4;  // own: chunks rece
 
 }  // namespace
 
+namespace {
+
+/// Sends chunk k (bytes [off, off + n) of `op.addr`) to `to`: copy into this rank's region for
+/// `to`, then READY = epoch (and the message length with the first chunk).
+SYMCOMM_DEVICE void send_chunk(Cta g, const DevComm& comm, const P2pArgs& args, const P2pOp& op, uint32_t to,
+                               uint64_t region, uint64_t off, uint64_t n, uint64_t epoch, bool first) {
+    unsigned char* mine = static_cast<unsigned char*>(peer_ptr(args.stage, comm.rank, uint64_t(to) * region));
+    detail::group_copy(g, reinterpret_cast<const unsigned char*>(op.addr) + off, mine, n);
+#if SYMCOMM_PLANTED_BUG != 9  // planted bug 9: READY released before the CTA's copies are ordered
+    __syncthreads();
+#endif
+    if (g.thread_rank() == 0) {
+        if (first) st_relaxed<Scope::Sys>(signal_slot(comm, to, comm.rank, SLOT_LEN), op.bytes);
+        signal_set(Thread{}, comm, to, SLOT_READY, epoch);
+    }
+}
+
+/// Thread 0: waits for READY = epoch from `from` and, with the first chunk, checks the length.
+SYMCOMM_DEVICE Status await_chunk(const DevComm& comm, const P2pOp& op, uint32_t from, uint64_t epoch, bool first) {
+    Status s = signal_wait_until(Thread{}, comm, from, SLOT_READY, epoch);
+    if (s == Status::Ok && first && ld_relaxed<Scope::Sys>(signal_slot(comm, comm.rank, from, SLOT_LEN)) != op.bytes) {
+        s = Status::Mismatch;
+        record_error(Thread{}, comm, s, from, SYMCOMM_OP_SIGNAL_WAIT, op.bytes);
+    }
+    return s;
+}
+
+/// Copies chunk [off, off + n) from `from`'s region for this rank into `op.addr`, then DONE.
+SYMCOMM_DEVICE void take_chunk(Cta g, const DevComm& comm, const P2pArgs& args, const P2pOp& op, uint32_t from,
+                               uint64_t region, uint64_t off, uint64_t n, uint64_t epoch) {
+    const unsigned char* theirs =
+        static_cast<const unsigned char*>(peer_ptr(args.stage, from, uint64_t(comm.rank) * region));
+    detail::group_copy(g, theirs, reinterpret_cast<unsigned char*>(op.addr) + off, n);
+    __syncthreads();
+    if (g.thread_rank() == 0) signal_set(Thread{}, comm, from, SLOT_DONE, epoch);
+}
+
+}  // namespace
+
 extern "C" __global__ void symcomm_sendrecv(DevComm comm, P2pArgs args) {
     const Cta g;
     if (blockIdx.x >= args.nops || blockIdx.x >= SYMCOMM_P2P_MAX_OPS) return;
     const P2pOp op = args.ops[blockIdx.x];
     SYMCOMM_SHARED(uint32_t, p2p_status, 1);
-    if (comm.abi_version != SYMCOMM_ABI_VERSION || op.peer >= comm.nranks) {
+    const bool sends = op.kind == SYMCOMM_P2P_SEND || op.kind == SYMCOMM_P2P_EXCHANGE;
+    const bool receives = op.kind == SYMCOMM_P2P_RECV || op.kind == SYMCOMM_P2P_EXCHANGE;
+    const uint32_t to = op.peer;
+    const uint32_t from = op.kind == SYMCOMM_P2P_EXCHANGE ? op.recv_peer : op.peer;
+    if (comm.abi_version != SYMCOMM_ABI_VERSION || op.kind > SYMCOMM_P2P_EXCHANGE || to >= comm.nranks ||
+        from >= comm.nranks) {
         if (g.thread_rank() == 0) {
             const Status s = comm.abi_version != SYMCOMM_ABI_VERSION ? Status::AbiMismatch : Status::InvalidArgument;
             record_error(Thread{}, comm, s, comm.rank, SYMCOMM_OP_SIGNAL_WAIT, op.peer);
@@ -46,59 +92,47 @@ extern "C" __global__ void symcomm_sendrecv(DevComm comm, P2pArgs args) {
         return;
     }
     const uint64_t region = (args.stage.bytes / comm.nranks) & ~uint64_t(15);
-    const uint64_t rounds = region == 0 ? 0 : (op.bytes + region - 1) / region;
-    uint64_t* own = signal_slot(comm, comm.rank, op.peer, op.is_send ? SLOT_SENT : SLOT_RECVD);
-    // Every thread reads the pair's count before thread 0 advances it at the end (the
-    // __syncthreads of the rounds, or the one below, separates the two).
-    const uint64_t base = ld_relaxed<Scope::Sys>(own);
-    __syncthreads();
-    if (region == 0 && op.bytes > 0) {
-        if (g.thread_rank() == 0) record_error(Thread{}, comm, Status::InvalidArgument, comm.rank, SYMCOMM_OP_SIGNAL_WAIT, 0);
+    if (region == 0) {
+        if (g.thread_rank() == 0 && op.bytes > 0) {
+            record_error(Thread{}, comm, Status::InvalidArgument, comm.rank, SYMCOMM_OP_SIGNAL_WAIT, 0);
+        }
         return;
     }
+    const uint64_t rounds = (op.bytes + region - 1) / region;
+    uint64_t* sent = signal_slot(comm, comm.rank, to, SLOT_SENT);
+    uint64_t* recvd = signal_slot(comm, comm.rank, from, SLOT_RECVD);
+    // Every thread reads the pair counters before thread 0 advances them at the end (the
+    // __syncthreads of the rounds, or the one below, separates the two).
+    const uint64_t send_base = sends ? ld_relaxed<Scope::Sys>(sent) : 0;
+    const uint64_t recv_base = receives ? ld_relaxed<Scope::Sys>(recvd) : 0;
+    __syncthreads();
     uint64_t done = 0;
     for (uint64_t k = 0; k < rounds; ++k) {
         const uint64_t off = k * region;
         const uint64_t n = op.bytes - off < region ? op.bytes - off : region;
-        const uint64_t epoch = base + k + 1;
-        if (op.is_send) {
-            unsigned char* mine = static_cast<unsigned char*>(peer_ptr(args.stage, comm.rank, uint64_t(op.peer) * region));
-            detail::group_copy(g, reinterpret_cast<const unsigned char*>(op.addr) + off, mine, n);
-#if SYMCOMM_PLANTED_BUG != 9  // planted bug 9: READY released before the CTA's copies are ordered
+        if (sends) send_chunk(g, comm, args, op, to, region, off, n, send_base + k + 1, k == 0);
+        if (receives) {
+            if (g.thread_rank() == 0) p2p_status[0] = uint32_t(await_chunk(comm, op, from, recv_base + k + 1, k == 0));
             __syncthreads();
-#endif
+            if (p2p_status[0] != SYMCOMM_STATUS_OK) break;
+            take_chunk(g, comm, args, op, from, region, off, n, recv_base + k + 1);
+        }
+        if (sends) {
+            // The peer has read the chunk: the region may take the next one.
             if (g.thread_rank() == 0) {
-                if (k == 0) st_relaxed<Scope::Sys>(signal_slot(comm, op.peer, comm.rank, SLOT_LEN), op.bytes);
-                signal_set(Thread{}, comm, op.peer, SLOT_READY, epoch);
-                p2p_status[0] = uint32_t(signal_wait_until(Thread{}, comm, op.peer, SLOT_DONE, epoch));
+                p2p_status[0] = uint32_t(signal_wait_until(Thread{}, comm, to, SLOT_DONE, send_base + k + 1));
             }
             __syncthreads();
             // Read after the barrier above; thread 0 writes it again only after the next
             // round's copy and barrier.
             if (p2p_status[0] != SYMCOMM_STATUS_OK) break;
-        } else {
-            if (g.thread_rank() == 0) {
-                Status s = signal_wait_until(Thread{}, comm, op.peer, SLOT_READY, epoch);
-                if (s == Status::Ok && k == 0 &&
-                    ld_relaxed<Scope::Sys>(signal_slot(comm, comm.rank, op.peer, SLOT_LEN)) != op.bytes) {
-                    s = Status::Mismatch;
-                    record_error(Thread{}, comm, s, op.peer, SYMCOMM_OP_SIGNAL_WAIT, op.bytes);
-                }
-                p2p_status[0] = uint32_t(s);
-            }
-            __syncthreads();
-            if (p2p_status[0] != SYMCOMM_STATUS_OK) break;
-            const unsigned char* theirs =
-                static_cast<const unsigned char*>(peer_ptr(args.stage, op.peer, uint64_t(comm.rank) * region));
-            detail::group_copy(g, theirs, reinterpret_cast<unsigned char*>(op.addr) + off, n);
-            __syncthreads();
-            if (g.thread_rank() == 0) signal_set(Thread{}, comm, op.peer, SLOT_DONE, epoch);
-            // (No read of p2p_status here: thread 0 rewrites it at the top of the next round
-            // with no barrier in between.)
         }
         ++done;
     }
     __syncthreads();
-    if (g.thread_rank() == 0) st_relaxed<Scope::Sys>(own, base + done);
+    if (g.thread_rank() == 0) {
+        if (sends) st_relaxed<Scope::Sys>(sent, send_base + done);
+        if (receives) st_relaxed<Scope::Sys>(recvd, recv_base + done);
+    }
 }
 SYMCOMM_EMU_KERNEL(symcomm_sendrecv)

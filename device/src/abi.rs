@@ -51,6 +51,9 @@ pub const SYMCOMM_P2P_MAX_OPS: u32 = 32;
 pub const SYMCOMM_P2P_FIRST_SLOT: u32 = 251;
 pub const SYMCOMM_USER_BARRIER_FIRST: u32 = 128;
 pub const SYMCOMM_USER_BARRIER_END: u32 = 187;
+pub const SYMCOMM_P2P_RECV: u32 = 0;
+pub const SYMCOMM_P2P_SEND: u32 = 1;
+pub const SYMCOMM_P2P_EXCHANGE: u32 = 2;
 #[doc = " Device handle of a communicator (one per rank), passed to kernels by value.\n\n Signal area: rank r's signal array lives at `signal_base + r * signal_stride` (flat layout, every\n rank's array is addressable by every rank). Inside a rank's array, the slots written by peer p\n are `[p * signal_slots, (p + 1) * signal_slots)`, each a `uint64_t` that only grows (epochs are\n never reset in place, so back-to-back launches and graph replay stay correct)."]
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -203,29 +206,35 @@ const _: () = {
     ["Offset of field: CollArgs::src"][::core::mem::offset_of!(CollArgs, src) - 56usize];
     ["Offset of field: CollArgs::dst"][::core::mem::offset_of!(CollArgs, dst) - 88usize];
 };
-#[doc = " One send or receive of `symcomm_sendrecv`: `bytes` bytes at device address `addr` (the\n  user's buffer, any device memory) to or from rank `peer`."]
+#[doc = " One operation of `symcomm_sendrecv` on `bytes` bytes at device address `addr` (the user's\n  buffer, any device memory)."]
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct P2pOp {
-    #[doc = " Device address of the data (send: read; receive: written)."]
+    #[doc = " Device address of the data (send: read; receive: written; exchange: both)."]
     pub addr: u64,
     #[doc = " Bytes; the matching operation on the peer must have the same count."]
     pub bytes: u64,
-    #[doc = " The other rank."]
+    #[doc = " The rank sent to (send, exchange) or received from (receive)."]
     pub peer: u32,
-    #[doc = " 1: send to `peer`; 0: receive from `peer`."]
-    pub is_send: u32,
+    #[doc = " SYMCOMM_P2P_RECV, _SEND or _EXCHANGE."]
+    pub kind: u32,
+    #[doc = " Exchange: the rank received from."]
+    pub recv_peer: u32,
+    #[doc = " Zero."]
+    pub reserved: u32,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of P2pOp"][::core::mem::size_of::<P2pOp>() - 24usize];
+    ["Size of P2pOp"][::core::mem::size_of::<P2pOp>() - 32usize];
     ["Alignment of P2pOp"][::core::mem::align_of::<P2pOp>() - 8usize];
     ["Offset of field: P2pOp::addr"][::core::mem::offset_of!(P2pOp, addr) - 0usize];
     ["Offset of field: P2pOp::bytes"][::core::mem::offset_of!(P2pOp, bytes) - 8usize];
     ["Offset of field: P2pOp::peer"][::core::mem::offset_of!(P2pOp, peer) - 16usize];
-    ["Offset of field: P2pOp::is_send"][::core::mem::offset_of!(P2pOp, is_send) - 20usize];
+    ["Offset of field: P2pOp::kind"][::core::mem::offset_of!(P2pOp, kind) - 20usize];
+    ["Offset of field: P2pOp::recv_peer"][::core::mem::offset_of!(P2pOp, recv_peer) - 24usize];
+    ["Offset of field: P2pOp::reserved"][::core::mem::offset_of!(P2pOp, reserved) - 28usize];
 };
-#[doc = " Arguments of `symcomm_sendrecv`: CTA i runs ops[i] (i < nops). Data moves through `stage`,\n  a window whose per-rank copy is split into one region per peer (`stage.bytes / nranks`\n  bytes, rounded down to 16): the sender copies into its region for the receiver, the\n  receiver reads it from there. At most one send and one receive per peer per launch."]
+#[doc = " Arguments of `symcomm_sendrecv`: CTA i runs ops[i] (i < nops). Data moves through `stage`,\n  a window whose per-rank copy is split into one region per peer (`stage.bytes / nranks`\n  bytes, rounded down to 16): the sender copies into its region for the receiver, the\n  receiver reads it from there. At most one send and one receive per peer per launch (an\n  exchange counts as both)."]
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct P2pArgs {
@@ -240,7 +249,7 @@ pub struct P2pArgs {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of P2pArgs"][::core::mem::size_of::<P2pArgs>() - 808usize];
+    ["Size of P2pArgs"][::core::mem::size_of::<P2pArgs>() - 1064usize];
     ["Alignment of P2pArgs"][::core::mem::align_of::<P2pArgs>() - 8usize];
     ["Offset of field: P2pArgs::stage"][::core::mem::offset_of!(P2pArgs, stage) - 0usize];
     ["Offset of field: P2pArgs::nops"][::core::mem::offset_of!(P2pArgs, nops) - 32usize];

@@ -163,7 +163,9 @@ fn rust_layout() -> Vec<(String, usize)> {
             addr,
             bytes,
             peer,
-            is_send
+            kind,
+            recv_peer,
+            reserved
         }
     );
     layout!(

@@ -184,6 +184,12 @@ pub(crate) struct PerfArgs {
     /// emu, cuda, cuda:N or auto [default: SYMCOMM_DEVICE, else auto].
     #[arg(long, value_name = "DEVICE")]
     device: Option<String>,
+
+    /// Also measure a stream-ordered device-to-device copy of the largest size on each rank
+    /// (the memory-bandwidth reference for busbw), printed after the table (JSON:
+    /// `copy_bandwidth_gbps`, rank 0's).
+    #[arg(long)]
+    copy_bandwidth: bool,
 }
 
 /// Parses `8`, `64K`, `1M`, `2G` (powers of 1024; `k`, `m`, `g` too).
@@ -777,6 +783,7 @@ struct Request {
     check: u32,
     buffers: BufferKind,
     json: bool,
+    copy_bandwidth: bool,
 }
 
 /// The defaults of one backend.
@@ -885,6 +892,7 @@ impl Request {
             check: a.check,
             buffers: a.buffers,
             json: a.json,
+            copy_bandwidth: a.copy_bandwidth,
         })
     }
 
@@ -971,12 +979,15 @@ struct JsonReport<'a> {
     avg_busbw: f64,
     out_of_bounds: u32,
     wrong: Option<u64>,
+    copy_bandwidth_gbps: Option<f64>,
 }
 
 /// What every rank learns from a run (from the aggregated figures, so the same on every rank).
 #[derive(Debug, Default)]
 struct Summary {
     rows: Vec<Row>,
+    /// This rank's device-to-device copy bandwidth at the largest size, GB/s (`--copy-bandwidth`).
+    copy_gbps: Option<f64>,
 }
 
 impl Summary {
@@ -1184,6 +1195,7 @@ impl Printer {
                 avg_busbw: s.avg_busbw(),
                 out_of_bounds: s.out_of_bounds(),
                 wrong: s.wrong(checked),
+                copy_bandwidth_gbps: s.copy_gbps,
             };
             match serde_json::to_string_pretty(&report) {
                 Ok(text) => println!("{text}"),
@@ -1199,6 +1211,13 @@ impl Printer {
                 "# Avg bus bandwidth    : {}",
                 fmt_g(s.avg_busbw())
             ));
+            if let Some(gbps) = s.copy_gbps {
+                self.line(&format!(
+                    "# Device copy bandwidth: {} GB/s (rank 0, stream-ordered copy of {} bytes)",
+                    fmt_g(gbps),
+                    plan.sweep.max
+                ));
+            }
             self.line("#");
         }
         let _ = std::io::stdout().flush();
@@ -1409,6 +1428,33 @@ impl<'c> Bench<'c> {
         Ok(total)
     }
 
+    /// GB/s of a stream-ordered copy of `bytes` between two ordinary buffers of this rank
+    /// (mean of `iters` copies after one warm-up), every rank at once.
+    fn copy_bandwidth(&self, bytes: u64, iters: u32) -> Result<f64, Failure> {
+        let len = usize::try_from(bytes.max(1)).unwrap_or(usize::MAX);
+        let src = self.comm.alloc_buffer(len)?;
+        let dst = self.comm.alloc_buffer(len)?;
+        self.comm.barrier()?;
+        let copy = || {
+            // SAFETY: both buffers hold `len` bytes, do not overlap, and outlive the copies
+            // (synchronized below before they drop).
+            unsafe { self.stream.copy_raw(dst.addr(), src.addr(), len as u64) }
+        };
+        copy()?;
+        self.synchronize()?;
+        let t = std::time::Instant::now();
+        for _ in 0..iters.max(1) {
+            copy()?;
+        }
+        self.synchronize()?;
+        let secs = t.elapsed().as_secs_f64() / f64::from(iters.max(1));
+        Ok(if secs > 0.0 {
+            len as f64 / secs / 1e9
+        } else {
+            0.0
+        })
+    }
+
     fn run(&self, printer: Option<&Printer>, mode: &'static str) -> Result<Summary, Failure> {
         let plan = self.plan;
         let n = self.comm.nranks();
@@ -1466,6 +1512,9 @@ impl<'c> Bench<'c> {
                     summary.rows.push(row);
                 }
             }
+        }
+        if plan.req.copy_bandwidth {
+            summary.copy_gbps = Some(self.copy_bandwidth(plan.sweep.max, plan.iters)?);
         }
         if let Some(p) = printer {
             p.footer(self.comm, plan, mode, &summary);

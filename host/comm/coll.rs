@@ -25,7 +25,8 @@ use std::marker::PhantomData;
 use std::sync::{Mutex, OnceLock};
 
 use symcomm_device::abi::{
-    CollArgs, P2pArgs, P2pOp, SYMCOMM_P2P_MAX_OPS, SYMCOMM_SCOPE_GRID, WindowHandleRaw,
+    CollArgs, P2pArgs, P2pOp, SYMCOMM_P2P_EXCHANGE, SYMCOMM_P2P_MAX_OPS, SYMCOMM_P2P_RECV,
+    SYMCOMM_P2P_SEND, SYMCOMM_SCOPE_GRID, WindowHandleRaw,
 };
 
 use super::{Communicator, Window, memory::FlatMapping};
@@ -860,7 +861,9 @@ unsafe impl crate::stream::KernelArg for P2pArgs {}
 
 /// Sends and receives posted together and launched as one kernel by [`Communicator::group`]:
 /// they progress concurrently, so a rank may post them in any order without deadlock (for
-/// example a send to the next pipeline stage and a receive from the previous one).
+/// example a send to the next pipeline stage and a receive from the previous one). A send and a
+/// receive on exactly the same bytes run in place (each chunk leaves before its replacement
+/// arrives); any other overlap with a receive buffer is refused.
 #[derive(Debug)]
 pub struct P2pGroup<'a> {
     nranks: u32,
@@ -902,28 +905,77 @@ impl<'a> P2pGroup<'a> {
         if bytes > 0 && buf.addr == 0 {
             return bad("the buffer is null".into());
         }
+        let sends_to = |o: &P2pOp| o.kind != SYMCOMM_P2P_RECV && o.peer == peer;
+        let recvs_from = |o: &P2pOp| match o.kind {
+            SYMCOMM_P2P_RECV => o.peer == peer,
+            SYMCOMM_P2P_EXCHANGE => o.recv_peer == peer,
+            _ => false,
+        };
         if self
             .ops
             .iter()
-            .any(|o| o.peer == peer && (o.is_send == 1) == is_send)
+            .any(|o| if is_send { sends_to(o) } else { recvs_from(o) })
         {
             return bad(format!(
                 "a group holds at most one {what} per peer (peer {peer} has one)"
             ));
+        }
+        if bytes == 0 {
+            return Ok(());
+        }
+        // Overlaps: sends may share memory; a receive may overlap nothing else, except a send
+        // of exactly the same bytes (in place), which becomes one exchange.
+        let (lo, hi) = (buf.addr, buf.addr + bytes);
+        let overlapping: Vec<usize> = (0..self.ops.len())
+            .filter(|&k| {
+                let o = &self.ops[k];
+                let writes = o.kind != SYMCOMM_P2P_SEND;
+                (writes || !is_send) && lo < o.addr + o.bytes && o.addr < hi
+            })
+            .collect();
+        match overlapping.as_slice() {
+            [] => {}
+            [k] if self.ops[*k].addr == buf.addr
+                && self.ops[*k].bytes == bytes
+                && (self.ops[*k].kind == SYMCOMM_P2P_SEND) != is_send
+                && self.ops[*k].kind != SYMCOMM_P2P_EXCHANGE =>
+            {
+                let o = &mut self.ops[*k];
+                let (to, from) = if is_send {
+                    (peer, o.peer)
+                } else {
+                    (o.peer, peer)
+                };
+                o.kind = SYMCOMM_P2P_EXCHANGE;
+                o.peer = to;
+                o.recv_peer = from;
+                return Ok(());
+            }
+            _ => {
+                return bad(
+                    "its buffer overlaps another operation of the group (only a send and a \
+                     receive of exactly the same bytes may share memory: in place)"
+                        .into(),
+                );
+            }
         }
         if self.ops.len() >= SYMCOMM_P2P_MAX_OPS as usize {
             return bad(format!(
                 "a group holds at most {SYMCOMM_P2P_MAX_OPS} operations"
             ));
         }
-        if bytes > 0 {
-            self.ops.push(P2pOp {
-                addr: buf.addr,
-                bytes,
-                peer,
-                is_send: u32::from(is_send),
-            });
-        }
+        self.ops.push(P2pOp {
+            addr: buf.addr,
+            bytes,
+            peer,
+            kind: if is_send {
+                SYMCOMM_P2P_SEND
+            } else {
+                SYMCOMM_P2P_RECV
+            },
+            recv_peer: 0,
+            reserved: 0,
+        });
         Ok(())
     }
 

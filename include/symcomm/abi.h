@@ -240,23 +240,37 @@ typedef struct CollArgs {
 /** End of the users' barrier indices (exclusive). */
 #define SYMCOMM_USER_BARRIER_END 187u
 
-/** One send or receive of `symcomm_sendrecv`: `bytes` bytes at device address `addr` (the
- *  user's buffer, any device memory) to or from rank `peer`. */
+/** Kinds of P2pOp. */
+/** Receive `bytes` bytes from `peer` into `addr`. */
+#define SYMCOMM_P2P_RECV 0u
+/** Send `bytes` bytes at `addr` to `peer`. */
+#define SYMCOMM_P2P_SEND 1u
+/** In place: send `bytes` bytes at `addr` to `peer` and receive as many from `recv_peer` into
+ *  the same bytes, chunk by chunk (each chunk is sent before the received one overwrites it). */
+#define SYMCOMM_P2P_EXCHANGE 2u
+
+/** One operation of `symcomm_sendrecv` on `bytes` bytes at device address `addr` (the user's
+ *  buffer, any device memory). */
 typedef struct P2pOp {
-    /** Device address of the data (send: read; receive: written). */
+    /** Device address of the data (send: read; receive: written; exchange: both). */
     uint64_t addr;
     /** Bytes; the matching operation on the peer must have the same count. */
     uint64_t bytes;
-    /** The other rank. */
+    /** The rank sent to (send, exchange) or received from (receive). */
     uint32_t peer;
-    /** 1: send to `peer`; 0: receive from `peer`. */
-    uint32_t is_send;
+    /** SYMCOMM_P2P_RECV, _SEND or _EXCHANGE. */
+    uint32_t kind;
+    /** Exchange: the rank received from. */
+    uint32_t recv_peer;
+    /** Zero. */
+    uint32_t reserved;
 } P2pOp;
 
 /** Arguments of `symcomm_sendrecv`: CTA i runs ops[i] (i < nops). Data moves through `stage`,
  *  a window whose per-rank copy is split into one region per peer (`stage.bytes / nranks`
  *  bytes, rounded down to 16): the sender copies into its region for the receiver, the
- *  receiver reads it from there. At most one send and one receive per peer per launch. */
+ *  receiver reads it from there. At most one send and one receive per peer per launch (an
+ *  exchange counts as both). */
 typedef struct P2pArgs {
     /** Staging window. */
     WindowHandleRaw stage;
@@ -287,8 +301,8 @@ SYMCOMM_ABI_ASSERT(__builtin_offsetof(WindowHandleRaw, rank) == 24, "WindowHandl
 SYMCOMM_ABI_ASSERT(__builtin_offsetof(ErrorRecord, detail) == 16, "ErrorRecord.detail");
 #endif
 SYMCOMM_ABI_ASSERT(sizeof(CollArgs) == 120 && SYMCOMM_ABI_ALIGNOF(CollArgs) == 8, "CollArgs layout");
-SYMCOMM_ABI_ASSERT(sizeof(P2pOp) == 24 && SYMCOMM_ABI_ALIGNOF(P2pOp) == 8, "P2pOp layout");
-SYMCOMM_ABI_ASSERT(sizeof(P2pArgs) == 40 + 24 * SYMCOMM_P2P_MAX_OPS && SYMCOMM_ABI_ALIGNOF(P2pArgs) == 8, "P2pArgs layout");
+SYMCOMM_ABI_ASSERT(sizeof(P2pOp) == 32 && SYMCOMM_ABI_ALIGNOF(P2pOp) == 8, "P2pOp layout");
+SYMCOMM_ABI_ASSERT(sizeof(P2pArgs) == 40 + 32 * SYMCOMM_P2P_MAX_OPS && SYMCOMM_ABI_ALIGNOF(P2pArgs) == 8, "P2pArgs layout");
 #undef SYMCOMM_ABI_ASSERT
 #undef SYMCOMM_ABI_ALIGNOF
 

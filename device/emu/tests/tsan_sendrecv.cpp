@@ -1,6 +1,7 @@
 // ThreadSanitizer run of the point-to-point kernel `symcomm_sendrecv` on the emulator: ranks
 // {1, 2, 3, 4}, each in its own host thread (a stream per rank), sending a ring (to the next
-// rank, from the previous one) plus a self-send, several back-to-back launches, with a staging
+// rank, from the previous one) plus a self-send, alternating with an in-place ring (one exchange
+// op: send and receive on the same bytes), several back-to-back launches, with a staging
 // window small enough that every message takes many chunks. Between launches each rank rewrites
 // its send buffer and checks what it received, so a chunk read before the sender's data was
 // released, or a region rewritten before the receiver finished reading, is a data race (or a
@@ -46,11 +47,18 @@ int main() {
                 a.p2p.stage = team.win(r);
                 a.p2p.stage.bytes = 256;
                 uint32_t k = 0;
-                a.p2p.ops[k++] = P2pOp{uint64_t(uintptr_t(out.data())), bytes, next, 1};
-                a.p2p.ops[k++] = P2pOp{uint64_t(uintptr_t(in.data())), bytes, prev, 0};
-                if (nranks > 1) {
-                    a.p2p.ops[k++] = P2pOp{uint64_t(uintptr_t(out.data())), bytes, r, 1};
-                    a.p2p.ops[k++] = P2pOp{uint64_t(uintptr_t(self.data())), bytes, r, 0};
+                const bool in_place = l % 2 == 1;
+                if (in_place) {
+                    // The ring in place: `in` starts as this rank's data and ends as prev's.
+                    in = out;
+                    a.p2p.ops[k++] = P2pOp{uint64_t(uintptr_t(in.data())), bytes, next, SYMCOMM_P2P_EXCHANGE, prev, 0};
+                } else {
+                    a.p2p.ops[k++] = P2pOp{uint64_t(uintptr_t(out.data())), bytes, next, SYMCOMM_P2P_SEND, 0, 0};
+                    a.p2p.ops[k++] = P2pOp{uint64_t(uintptr_t(in.data())), bytes, prev, SYMCOMM_P2P_RECV, 0, 0};
+                    if (nranks > 1) {
+                        a.p2p.ops[k++] = P2pOp{uint64_t(uintptr_t(out.data())), bytes, r, SYMCOMM_P2P_SEND, 0, 0};
+                        a.p2p.ops[k++] = P2pOp{uint64_t(uintptr_t(self.data())), bytes, r, SYMCOMM_P2P_RECV, 0, 0};
+                    }
                 }
                 a.p2p.nops = k;
                 symcomm_test::launch(r, "symcomm_sendrecv", symcomm_emu_entry_symcomm_sendrecv, dim3(k), dim3(threads),
@@ -58,7 +66,7 @@ int main() {
                 uint32_t wrong = 0;
                 for (uint32_t i = 0; i < bytes; ++i) {
                     wrong += in[i] != pattern(prev, l, i);
-                    if (nranks > 1) wrong += self[i] != pattern(r, l, i);
+                    if (nranks > 1 && !in_place) wrong += self[i] != pattern(r, l, i);
                 }
                 if (team.errors[r].status != SYMCOMM_STATUS_OK || wrong != 0) {
                     fprintf(stderr, "FAIL nranks=%u rank=%u launch=%u: status=%u wrong=%u\n", nranks, r, l,
