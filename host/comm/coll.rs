@@ -191,6 +191,10 @@ impl RedOp {
 
 /// A buffer argument of a collective: (part of) a symmetric window of this communicator —
 /// used in place, zero-copy — or ordinary device memory, copied through the staging windows.
+///
+/// Lifetime: collectives are asynchronous. Like NCCL's and CUDA's, the memory a call names must
+/// stay allocated until the stream has run the call: synchronize the stream (or an event
+/// recorded after the call) before dropping the window, the [`Buffer`] or the communicator.
 #[derive(Debug, Clone, Copy)]
 pub struct BufferRef<'a> {
     /// Device address of this rank's first byte.

@@ -57,7 +57,7 @@ void body(Group g, DevComm comm, WindowHandleRaw raw, uint64_t count, uint64_t s
     if (bad) atomicAdd(wrong, bad);
 }
 
-struct P2pArgs {
+struct PutGetArgs {
     DevComm comm;
     WindowHandleRaw win;
     uint64_t count, soff, doff;
@@ -66,7 +66,7 @@ struct P2pArgs {
 };
 
 template <typename T>
-void p2p_kernel(P2pArgs a) {
+void p2p_kernel(PutGetArgs a) {
     switch (a.group) {
         case 0:
             if (threadIdx.x == 0) body<Thread, T>(Thread{}, a.comm, a.win, a.count, a.soff, a.doff, a.epoch, a.wrong);
@@ -81,10 +81,10 @@ void p2p_kernel(P2pArgs a) {
 
 }  // namespace
 
-extern "C" __global__ void p2p_u8(P2pArgs a) { p2p_kernel<uint8_t>(a); }
-extern "C" __global__ void p2p_f16(P2pArgs a) { p2p_kernel<half_t>(a); }
-extern "C" __global__ void p2p_f32(P2pArgs a) { p2p_kernel<float>(a); }
-extern "C" __global__ void p2p_f64(P2pArgs a) { p2p_kernel<double>(a); }
+extern "C" __global__ void p2p_u8(PutGetArgs a) { p2p_kernel<uint8_t>(a); }
+extern "C" __global__ void p2p_f16(PutGetArgs a) { p2p_kernel<half_t>(a); }
+extern "C" __global__ void p2p_f32(PutGetArgs a) { p2p_kernel<float>(a); }
+extern "C" __global__ void p2p_f64(PutGetArgs a) { p2p_kernel<double>(a); }
 SYMCOMM_EMU_KERNEL(p2p_u8)
 SYMCOMM_EMU_KERNEL(p2p_f16)
 SYMCOMM_EMU_KERNEL(p2p_f32)
@@ -93,7 +93,7 @@ SYMCOMM_EMU_KERNEL(p2p_f64)
 namespace {
 
 struct Launch {
-    P2pArgs a;
+    PutGetArgs a;
     std::array<void*, 1> p;
     void** ptrs() {
         p = {&a};
