@@ -477,3 +477,34 @@ fn two_streams_run_collectives_at_once() {
         }
     });
 }
+
+#[test]
+fn dropping_windows_right_after_an_asynchronous_call_waits_for_it() {
+    with_ranks(3, options(), |comm| {
+        let s = comm.create_stream().unwrap();
+        let n = 1 << 20;
+        for round in 0..3 {
+            let a = comm.alloc_window::<f32>(n).unwrap();
+            let b = comm.alloc_window::<f32>(n).unwrap();
+            a.write(0, &vec![1.0; n]).unwrap();
+            comm.barrier().unwrap();
+            comm.all_reduce(&a, &b, n, DataType::F32, RedOp::Sum, &s)
+                .unwrap();
+            comm.all_reduce(&b, &b, n, DataType::F32, RedOp::Max, &s)
+                .unwrap();
+            if round == 2 {
+                let got = {
+                    s.synchronize().unwrap();
+                    b.to_vec().unwrap()
+                };
+                assert!(got.iter().all(|&v| v == 3.0));
+            }
+            // No synchronize: the drops must wait for the queued kernels, which read and write
+            // these windows (the emulator would fault on unmapped memory otherwise).
+            drop(a);
+            drop(b);
+            s.synchronize().unwrap();
+            comm.check_error().unwrap();
+        }
+    });
+}

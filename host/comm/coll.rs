@@ -192,9 +192,10 @@ impl RedOp {
 /// A buffer argument of a collective: (part of) a symmetric window of this communicator —
 /// used in place, zero-copy — or ordinary device memory, copied through the staging windows.
 ///
-/// Lifetime: collectives are asynchronous. Like NCCL's and CUDA's, the memory a call names must
-/// stay allocated until the stream has run the call: synchronize the stream (or an event
-/// recorded after the call) before dropping the window, the [`Buffer`] or the communicator.
+/// Lifetime: collectives are asynchronous. Dropping a window or the communicator waits for the
+/// calls already issued through the collectives (outside graph captures); ordinary memory
+/// ([`Buffer`], raw pointers) must stay allocated until the stream has run the call, as with
+/// NCCL and CUDA: synchronize the stream (or an event recorded after the call) first.
 #[derive(Debug, Clone, Copy)]
 pub struct BufferRef<'a> {
     /// Device address of this rank's first byte.
@@ -288,6 +289,9 @@ pub(super) struct Lane {
     stage_in: FlatMapping,
     stage_out: FlatMapping,
     stage_bytes: u64,
+    /// Recorded after the lane's latest call (outside captures): drops of windows and of the
+    /// communicator wait for it, so they never unmap memory a queued call still uses.
+    last: Mutex<Option<crate::stream::Event>>,
 }
 
 /// Per-communicator state of the host collectives.
@@ -587,6 +591,7 @@ impl Communicator {
             stage_in,
             stage_out,
             stage_bytes,
+            last: Mutex::new(None),
         });
         lanes.push(std::sync::Arc::clone(&lane));
         Ok(lane)
@@ -649,7 +654,7 @@ impl Communicator {
         })?;
         let kernel = self.kernel_for(dtype)?;
         let dev = self.device_handle()?;
-        match (send.window, recv.window) {
+        let issued = match (send.window, recv.window) {
             (Some((sw, soff, _)), Some((rw, roff, _))) => {
                 let size = dtype.size() as u64;
                 let args = CollArgs {
@@ -669,6 +674,42 @@ impl Communicator {
                 self.launch_coll(kernel, stream, &dev, &args, msg_bytes, coll)
             }
             _ => self.staged(&call, &lane, kind, kernel, stream, &dev),
+        };
+        self.track(&lane, stream);
+        issued
+    }
+
+    /// Remembers the lane's latest work (see [`Lane::last`]).
+    fn track(&self, lane: &Lane, stream: &Stream) {
+        if stream.is_capturing() {
+            return;
+        }
+        if let Ok(ev) = stream.record_event() {
+            *lane
+                .last
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(ev);
+        }
+    }
+
+    /// Waits until every call issued through the collectives has finished (bounded: kernels
+    /// wait at most the device timeout). Called before memory they may use is unmapped.
+    pub(super) fn quiesce(&self) {
+        let lanes = self
+            .coll
+            .lanes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for lane in lanes.iter() {
+            let last = lane
+                .last
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(ev) = last.as_ref() {
+                if let Err(e) = ev.synchronize() {
+                    tracing::warn!(target: "symcomm::coll", "rank {}: waiting for queued collectives: {e}", self.rank);
+                }
+            }
         }
     }
 
@@ -1125,12 +1166,14 @@ impl Communicator {
         // SAFETY: `symcomm_sendrecv(DevComm, P2pArgs)` by value; the staging window lives as
         // long as the communicator; the user buffers were borrowed for this call and must stay
         // valid until the stream has run it (the BufferRef contract).
-        unsafe {
+        let issued = unsafe {
             stream.launch(
                 kernel,
                 LaunchConfig::linear(group.ops.len() as u32, block),
                 &kargs,
             )
-        }
+        };
+        self.track(&lane, stream);
+        issued
     }
 }

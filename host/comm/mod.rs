@@ -773,6 +773,13 @@ impl Communicator {
     }
 }
 
+impl Drop for Communicator {
+    fn drop(&mut self) {
+        // Collectives still queued use the signal area and the staging windows.
+        self.quiesce();
+    }
+}
+
 /// Name of a `SYMCOMM_OP_*` code.
 fn op_name(op: u32) -> &'static str {
     match op {

@@ -16,7 +16,8 @@ use crate::{Error, Result};
 ///
 /// Dropping it unmaps this rank's view of every copy. That is not collective and is safe for
 /// the peers: each rank's mappings keep the memory alive until that rank drops its own window.
-/// Kernels using the window on this rank must have finished.
+/// The drop first waits for the host collectives already issued on this communicator; kernels
+/// of your own that use the window must have finished (their launch is `unsafe` for that).
 pub struct Window<'c, T> {
     comm: &'c Communicator,
     mapping: FlatMapping,
@@ -55,6 +56,12 @@ impl<T> Copy for WindowHandle<T> {}
 impl<T> std::fmt::Debug for WindowHandle<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_tuple("WindowHandle").field(&self.raw).finish()
+    }
+}
+
+impl<T> Drop for Window<'_, T> {
+    fn drop(&mut self) {
+        self.comm.quiesce();
     }
 }
 
