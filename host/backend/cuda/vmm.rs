@@ -193,6 +193,8 @@ pub struct VmmRange {
     ctx: Arc<Context>,
     base: dsys::CUdeviceptr,
     stride: u64,
+    /// Bytes reserved at `base` (freed with exactly this size).
+    reserved: usize,
     handles: Vec<dsys::CUmemGenericAllocationHandle>,
     mapped: usize,
 }
@@ -211,13 +213,16 @@ impl VmmRange {
         let total = stride as usize * fds.len();
         let mut base: dsys::CUdeviceptr = 0;
         // SAFETY: the context is current; the out-pointer is a live local; no fixed address.
+        // Alignment 0 = the allocation granularity, which every stride is a multiple of (an
+        // explicit stride alignment would have to be a power of two).
         check("cuMemAddressReserve", unsafe {
-            dsys::cuMemAddressReserve(&mut base, total, stride as usize, 0, 0)
+            dsys::cuMemAddressReserve(&mut base, total, 0, 0, 0)
         })?;
         let mut range = VmmRange {
             ctx: Arc::clone(&device.ctx),
             base,
             stride,
+            reserved: total,
             handles: Vec::with_capacity(fds.len()),
             mapped: 0,
         };
@@ -263,7 +268,10 @@ impl VmmRange {
         // the source is a live slice. Synchronous copy.
         check("cuMemcpyHtoD_v2", unsafe {
             dsys::cuMemcpyHtoD_v2(addr, data.as_ptr().cast(), data.len())
-        })
+        })?;
+        // From pageable memory the copy may return before the data reached the device, and
+        // kernels on non-blocking streams would not wait for it.
+        super::sync_legacy_stream()
     }
 
     /// Copies device bytes at `addr` (inside this range; caller-checked) to the host.
@@ -282,8 +290,9 @@ impl VmmRange {
         check("cuMemsetD8_v2", unsafe {
             dsys::cuMemsetD8_v2(addr, 0, bytes as usize)
         })?;
-        // SAFETY: the context is current.
-        check("cuCtxSynchronize", unsafe { dsys::cuCtxSynchronize() })
+        // Wait for the memset (legacy stream) only: a context-wide synchronize would also wait
+        // for other ranks' kernels on this GPU, which may be waiting for this rank.
+        super::sync_legacy_stream()
     }
 }
 
@@ -292,7 +301,6 @@ impl Drop for VmmRange {
         if self.ctx.bind().is_err() {
             return;
         }
-        let total = self.stride as usize * self.handles.len().max(self.mapped);
         for r in 0..self.mapped {
             // SAFETY: slot r was mapped in `map` and is unmapped once.
             unsafe { dsys::cuMemUnmap(self.base + r as u64 * self.stride, self.stride as usize) };
@@ -301,9 +309,9 @@ impl Drop for VmmRange {
             // SAFETY: each imported handle is released once.
             unsafe { dsys::cuMemRelease(h) };
         }
-        if total > 0 {
-            // SAFETY: the reservation made in `map`, now fully unmapped.
-            unsafe { dsys::cuMemAddressFree(self.base, total) };
+        if self.reserved > 0 {
+            // SAFETY: the reservation made in `map` (exactly `reserved` bytes), now unmapped.
+            unsafe { dsys::cuMemAddressFree(self.base, self.reserved) };
         }
     }
 }
