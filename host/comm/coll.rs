@@ -549,12 +549,30 @@ impl Communicator {
     }
 
     fn kernel_for(&self, dtype: DataType) -> Result<&Kernel> {
-        let cell = &self.coll.kernels[dtype as usize];
+        self.builtin_kernel(&self.coll.kernels[dtype as usize], dtype.kernel())
+    }
+
+    /// Built-in kernel `name`, loaded on first use into `cell`.
+    fn builtin_kernel<'k>(&self, cell: &'k OnceLock<Kernel>, name: &str) -> Result<&'k Kernel> {
         if let Some(k) = cell.get() {
             return Ok(k);
         }
-        let k = self.load_kernel(&crate::DEVICE_IMAGE, dtype.kernel())?;
+        let k = self.load_kernel(&crate::DEVICE_IMAGE, name)?;
         Ok(cell.get_or_init(|| k))
+    }
+
+    /// The checks every call makes of its stream and of the communicator's topology.
+    fn check_stream(&self, stream: &Stream, what: &str) -> Result<()> {
+        if stream.is_emu() != matches!(self.backend, Backend::Emu) {
+            return Err(Error::InvalidArgument(format!(
+                "{what}: the stream belongs to another backend than this communicator ({})",
+                self.backend.name()
+            )));
+        }
+        if !self.spans_one_host() {
+            return Err(self.multi_host(what));
+        }
+        Ok(())
     }
 
     /// The lane of `stream`, created (collectively: staging windows) on first use.
@@ -583,8 +601,8 @@ impl Communicator {
             ));
         }
         let stage_bytes = self.staging_bytes()?;
-        let stage_in = self.alloc_flat(stage_bytes, 1, "staging input")?;
-        let stage_out = self.alloc_flat(stage_bytes, 1, "staging output")?;
+        let stage_in = self.alloc_flat(Ok(stage_bytes), 1, "staging input")?;
+        let stage_out = self.alloc_flat(Ok(stage_bytes), 1, "staging output")?;
         let lane = std::sync::Arc::new(Lane {
             stream: key,
             first_slot: LANE_SLOTS * lanes.len() as u32,
@@ -823,15 +841,7 @@ impl Communicator {
     /// Host-side checks of one call; nothing is launched when they fail.
     fn validate(&self, call: &Call<'_>, stream: &Stream) -> Result<()> {
         let bad = |m: String| Err(Error::InvalidArgument(format!("{}: {m}", call.coll.name())));
-        if stream.is_emu() != matches!(self.backend, Backend::Emu) {
-            return bad(format!(
-                "the stream belongs to another backend than this communicator ({})",
-                self.backend.name()
-            ));
-        }
-        if !self.spans_one_host() {
-            return Err(self.multi_host("collectives"));
-        }
+        self.check_stream(stream, "collectives")?;
         let n = u64::from(self.nranks);
         if call.coll.has_root() && call.root >= self.nranks {
             return bad(format!("root {} of {} ranks", call.root, self.nranks));
@@ -1120,30 +1130,13 @@ impl Communicator {
             _borrow: PhantomData,
         };
         build(&mut group)?;
-        if stream.is_emu() != matches!(self.backend, Backend::Emu) {
-            return Err(Error::InvalidArgument(format!(
-                "send/recv: the stream belongs to another backend than this communicator ({})",
-                self.backend.name()
-            )));
-        }
-        if !self.spans_one_host() {
-            return Err(self.multi_host("send/recv"));
-        }
+        self.check_stream(stream, "send/recv")?;
         self.check_error()?;
         if group.ops.is_empty() {
             return Ok(());
         }
         let lane = self.lane(stream)?;
-        let kernel = {
-            let cell = &self.coll.p2p_kernel;
-            match cell.get() {
-                Some(k) => k,
-                None => {
-                    let k = self.load_kernel(&crate::DEVICE_IMAGE, "symcomm_sendrecv")?;
-                    cell.get_or_init(|| k)
-                }
-            }
-        };
+        let kernel = self.builtin_kernel(&self.coll.p2p_kernel, "symcomm_sendrecv")?;
         let mut args = P2pArgs {
             stage: WindowHandleRaw {
                 base: lane.stage_in.base(),

@@ -366,7 +366,7 @@ impl Communicator {
             comm.check_devices()?;
             comm.connect_local_team()?;
             let slots = u64::from(nranks) * u64::from(SYMCOMM_SIGNAL_SLOTS) * 8;
-            comm.signals = Some(comm.alloc_flat(slots, 8, "signal area")?);
+            comm.signals = Some(comm.alloc_flat(Ok(slots), 8, "signal area")?);
         }
         tracing::info!(
             target: "symcomm::init",
@@ -446,17 +446,15 @@ impl Communicator {
     /// the communicator stays usable.
     pub fn alloc_window<T: cuda::DevicePlain>(&self, count: usize) -> Result<Window<'_, T>> {
         let elem = size_of::<T>() as u64;
-        let bytes = (count as u64).checked_mul(elem);
-        let mapping = match bytes {
-            Some(b) if b > 0 => self.alloc_flat(b, elem as u32, std::any::type_name::<T>()),
-            _ => {
-                let err = Error::InvalidArgument(format!(
-                    "a window needs at least one element and fewer than 2^64 bytes (count {count} of {} bytes)",
-                    size_of::<T>()
-                ));
-                self.alloc_flat_failed(err)
-            }
-        }?;
+        let bytes = (count as u64)
+            .checked_mul(elem)
+            .filter(|&b| b > 0)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "a window needs at least one element and fewer than 2^64 bytes (count {count} of {elem} bytes)"
+                ))
+            });
+        let mapping = self.alloc_flat(bytes, elem as u32, std::any::type_name::<T>())?;
         Ok(Window::new(self, mapping, count))
     }
 
@@ -676,66 +674,50 @@ impl Communicator {
         Ok(())
     }
 
-    /// A failed allocation request still takes part in the agreement, so peers do not wait.
-    fn alloc_flat_failed(&self, err: Error) -> Result<FlatMapping> {
-        let mut data = vec![0u8];
-        data.extend_from_slice(&[0; 12]);
-        let _ = self.control.all_gather(TAG_ALLOC, "alloc_window", &data);
-        Err(err)
-    }
-
     /// The collective allocation behind windows and the signal area: agree on the size, create
-    /// this rank's copy, exchange handles within the host, map every copy.
-    fn alloc_flat(&self, bytes: u64, elem: u32, label: &str) -> Result<FlatMapping> {
-        let links = match (&self.links, self.spans_one_host()) {
-            (Some(l), true) => Ok(l),
-            _ => Err(self.multi_host("windows")),
-        };
-        let gran = links.and_then(|_| memory::granularity(&self.backend));
-        let mut request = vec![u8::from(gran.is_ok())];
-        request.extend_from_slice(&bytes.to_be_bytes());
-        request.extend_from_slice(&elem.to_be_bytes());
-        request.extend_from_slice(&gran.as_ref().copied().unwrap_or(0).to_be_bytes());
+    /// this rank's copy, exchange handles within the host, map every copy. A rank whose request
+    /// is already invalid (`bytes` is an error) still takes part in the agreement, so that every
+    /// rank fails together instead of waiting.
+    fn alloc_flat(&self, bytes: Result<u64>, elem: u32, label: &str) -> Result<FlatMapping> {
+        // This rank's request: its size and allocation granularity, or why it cannot allocate.
+        let request = bytes.and_then(|b| {
+            if self.links.is_none() || !self.spans_one_host() {
+                return Err(self.multi_host("windows"));
+            }
+            Ok((b, memory::granularity(&self.backend)?))
+        });
+        let (b, g) = request.as_ref().map_or((0, 0), |&r| r);
+        let mut payload = vec![u8::from(request.is_ok())];
+        payload.extend_from_slice(&b.to_be_bytes());
+        payload.extend_from_slice(&elem.to_be_bytes());
+        payload.extend_from_slice(&g.to_be_bytes());
         let all = self
             .control
-            .all_gather(TAG_ALLOC, "alloc_window", &request)?;
-        let gran = gran?;
+            .all_gather(TAG_ALLOC, "alloc_window", &payload)?;
+        let (bytes, mut granularity) = request?;
         let links = self
             .links
             .as_ref()
             .ok_or_else(|| self.multi_host("windows"))?;
-        let mut granularity = gran;
         for (r, req) in all.iter().enumerate() {
-            let word = |at: usize| {
-                req.get(at..at + 8)
-                    .and_then(|b| <[u8; 8]>::try_from(b).ok())
-                    .map(u64::from_be_bytes)
-            };
-            if req.first() != Some(&1) || req.len() < 21 {
+            let Some((their_bytes, their_elem, their_gran)) = decode_alloc_request(req) else {
                 return Err(Error::PeerFailed {
                     rank: r as u32,
                     what: "alloc_window".into(),
                     message: "invalid request on that rank".into(),
                 });
-            }
-            let (their_bytes, their_elem) = (word(1).unwrap_or(0), req[9..13].to_vec());
-            if their_bytes != bytes || their_elem != elem.to_be_bytes() {
+            };
+            if (their_bytes, their_elem) != (bytes, elem) {
                 return Err(Error::Mismatch {
                     rank: self.rank,
                     peer: r as u32,
                     what: format!(
-                        "alloc_window: rank {} asks for {bytes} bytes ({elem}-byte elements), rank {r} for {their_bytes} bytes ({}-byte elements)",
-                        self.rank,
-                        u32::from_be_bytes([
-                            their_elem[0],
-                            their_elem[1],
-                            their_elem[2],
-                            their_elem[3]
-                        ])
+                        "alloc_window: rank {} asks for {bytes} bytes ({elem}-byte elements), rank {r} for {their_bytes} bytes ({their_elem}-byte elements)",
+                        self.rank
                     ),
                 });
             }
-            granularity = granularity.max(word(13).unwrap_or(1).max(1));
+            granularity = granularity.max(their_gran.max(1));
         }
         let stride = bytes.div_ceil(granularity) * granularity;
         let segment = self.agree(
@@ -778,6 +760,18 @@ impl Drop for Communicator {
         // Collectives still queued use the signal area and the staging windows.
         self.quiesce();
     }
+}
+
+/// A rank's allocation request `[ok][bytes u64][elem u32][granularity u64]` (big-endian), or
+/// `None` when the rank could not make one.
+fn decode_alloc_request(req: &[u8]) -> Option<(u64, u32, u64)> {
+    if req.first() != Some(&1) {
+        return None;
+    }
+    let bytes = u64::from_be_bytes(req.get(1..9)?.try_into().ok()?);
+    let elem = u32::from_be_bytes(req.get(9..13)?.try_into().ok()?);
+    let gran = u64::from_be_bytes(req.get(13..21)?.try_into().ok()?);
+    Some((bytes, elem, gran))
 }
 
 /// Name of a `SYMCOMM_OP_*` code.
