@@ -101,6 +101,24 @@ pub const TUNABLES: &[Tunable] = &[
         secret: false,
     },
     Tunable {
+        name: "SYMCOMM_EMU_GEOMETRY",
+        default: "emu",
+        help: "emulator launch geometry of built-in kernels: emu (small), cuda (as on a GPU)",
+        secret: false,
+    },
+    Tunable {
+        name: "SYMCOMM_EMU_SMS",
+        default: "132",
+        help: "SMs of each emulated GPU (residency: CTAs beyond what fits wait, as on a GPU)",
+        secret: false,
+    },
+    Tunable {
+        name: "SYMCOMM_EMU_CTAS_PER_SM",
+        default: "32",
+        help: "room per SM of each emulated GPU, in CTAs of the smallest kind",
+        secret: false,
+    },
+    Tunable {
         name: "SYMCOMM_ALGO",
         default: "auto",
         help: "force a collective algorithm: one_shot, two_shot (all-reduce) or auto",

@@ -12,6 +12,7 @@ pub mod config;
 mod error;
 pub mod image;
 pub mod log;
+mod residency;
 pub mod stream;
 pub mod tune;
 

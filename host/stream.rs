@@ -42,7 +42,7 @@ use std::thread::{JoinHandle, ThreadId};
 
 use symcomm_device::abi::{CollArgs, DevComm, ErrorRecord, WindowHandleRaw};
 use symcomm_device::emu::EmuEntry;
-use symcomm_device::image::DeviceImage;
+use symcomm_device::image::{DeviceImage, KernelReport};
 
 use crate::backend::Backend;
 use crate::backend::cuda::{self, CudaDevice, CudaModule, DeviceBuffer};
@@ -177,6 +177,12 @@ pub struct LaunchConfig {
     pub block: [u32; 3],
     /// Dynamic shared memory per CTA, in bytes.
     pub shared_bytes: u32,
+    /// Every CTA of the launch must be resident at once (grid-scope code: CTAs wait for one
+    /// another, or for peers' CTAs). Checked before launching: [`Stream::launch`] against the
+    /// whole GPU (CUDA: a cooperative launch, `cuLaunchCooperativeKernel`), and
+    /// [`Communicator::launch`](crate::Communicator::launch) against this rank's share when
+    /// ranks share the GPU; a grid beyond it is refused with the budget named.
+    pub co_resident: bool,
 }
 
 impl LaunchConfig {
@@ -186,7 +192,28 @@ impl LaunchConfig {
             grid: [ctas, 1, 1],
             block: [threads, 1, 1],
             shared_bytes: 0,
+            co_resident: false,
         }
+    }
+
+    /// The same launch, with every CTA required to be resident at once (see
+    /// [`LaunchConfig::co_resident`](#structfield.co_resident)).
+    #[must_use]
+    pub fn co_resident(self) -> Self {
+        LaunchConfig {
+            co_resident: true,
+            ..self
+        }
+    }
+
+    /// CTAs in the grid.
+    pub fn ctas(&self) -> u64 {
+        self.grid.iter().map(|&d| u64::from(d)).product()
+    }
+
+    /// Threads per CTA.
+    pub fn threads(&self) -> u32 {
+        self.block.iter().product()
     }
 
     /// The same launch with `bytes` of dynamic shared memory per CTA.
@@ -214,8 +241,19 @@ pub struct Kernel {
 #[derive(Debug, Clone)]
 enum KernelCode {
     Cuda(Arc<CudaModule>),
-    Emu(EmuEntry),
+    Emu(EmuKernel),
 }
+
+/// A kernel's emulator entry and what the emulator's residency needs to know of it.
+#[derive(Debug, Clone, Copy)]
+struct EmuKernel {
+    entry: EmuEntry,
+    /// The kernel's sm_90 ptxas report (registers, static shared memory), when nvcc built it.
+    report: Option<&'static KernelReport>,
+}
+
+/// The emulated GPU every emulator rank of a process runs on.
+const EMU_GPU: u32 = 0;
 
 impl Kernel {
     /// Loads kernel `name` of `image` for `backend`: on CUDA, its module (fatbin, or NVRTC
@@ -235,7 +273,13 @@ impl Kernel {
                 loaded.function(kernel.name)?;
                 KernelCode::Cuda(Arc::new(loaded))
             }
-            Backend::Emu => KernelCode::Emu(kernel.emu_entry),
+            Backend::Emu => KernelCode::Emu(EmuKernel {
+                entry: kernel.emu_entry,
+                report: image
+                    .report
+                    .iter()
+                    .find(|r| r.kernel == kernel.name && r.arch == "sm_90"),
+            }),
         };
         Ok(Kernel {
             name: kernel.name,
@@ -247,6 +291,60 @@ impl Kernel {
     pub fn name(&self) -> &str {
         self.name
     }
+
+    /// CTAs of `threads` threads with `shared_bytes` of dynamic shared memory that one SM holds
+    /// at once: `cuOccupancyMaxActiveBlocksPerMultiprocessor` on CUDA; on the emulator what
+    /// the sm_90 rules give for the kernel's ptxas report (1 without one), at most the emulated
+    /// GPU's room per SM.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] when the driver refuses the query; [`Error::Device`] for a malformed
+    /// `SYMCOMM_EMU_SMS` / `SYMCOMM_EMU_CTAS_PER_SM`.
+    pub fn occupancy(&self, threads: u32, shared_bytes: u32) -> Result<u32> {
+        match &self.code {
+            KernelCode::Cuda(module) => module.function(self.name)?.occupancy(threads, shared_bytes),
+            KernelCode::Emu(k) => {
+                let gpu = symcomm_device::emu::query_gpu(EMU_GPU)?;
+                Ok(crate::residency::emu_occupancy(k.report, threads, shared_bytes)
+                    .min(gpu.ctas_per_sm))
+            }
+        }
+    }
+
+    /// CTAs of `threads` threads with `shared_bytes` of dynamic shared memory that the whole GPU
+    /// holds at once ([`Kernel::occupancy`] x SMs), for every rank on it together.
+    ///
+    /// # Errors
+    /// As [`Kernel::occupancy`].
+    pub fn resident_ctas(&self, threads: u32, shared_bytes: u32) -> Result<u32> {
+        let per_sm = self.occupancy(threads, shared_bytes)?;
+        let sms = match &self.code {
+            KernelCode::Cuda(module) => module.sm_count()?,
+            KernelCode::Emu(_) => symcomm_device::emu::query_gpu(EMU_GPU)?.sms,
+        };
+        Ok(per_sm.saturating_mul(sms))
+    }
+}
+
+/// Refuses a co-resident launch of more CTAs than `fits` (`whose` says whose budget that is).
+pub(crate) fn check_co_resident(
+    kernel: &Kernel,
+    config: &LaunchConfig,
+    fits: u32,
+    whose: &str,
+) -> Result<()> {
+    if config.ctas() > u64::from(fits) {
+        return Err(Error::InvalidArgument(format!(
+            "co-resident launch of {} with {} CTAs of {} threads ({} B dynamic shared memory): \
+             {whose} {fits} such CTAs at once, so CTAs that wait for one another would wait \
+             forever; launch at most {fits}",
+            kernel.name,
+            config.ctas(),
+            config.threads(),
+            config.shared_bytes
+        )));
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -723,9 +821,10 @@ impl Stream {
     /// dropped or changed once this returns; a captured launch keeps them for every replay.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an empty grid or block, or a kernel loaded for another
-    /// backend (or, on CUDA, another GPU, or with a parameter count the driver reports as
-    /// different); nothing is queued then. On CUDA, [`Error::Cuda`] when the driver refuses the
+    /// [`Error::InvalidArgument`] for an empty grid or block, a co-resident launch
+    /// ([`LaunchConfig::co_resident`]) of more CTAs than the whole GPU holds at once, or a kernel
+    /// loaded for another backend (or, on CUDA, another GPU, or with a parameter count the driver
+    /// reports as different); nothing is queued then. On CUDA, [`Error::Cuda`] when the driver refuses the
     /// launch. On the emulator, the stream's sticky error if it has failed; a launch the
     /// emulator refuses ([`Error::Device`], e.g. more than 1024 threads per CTA) or a failure
     /// while the kernel runs surfaces at [`Self::synchronize`] and later calls.
@@ -746,12 +845,17 @@ impl Stream {
             grid,
             block,
             shared_bytes,
+            co_resident,
         } = config;
         if grid.contains(&0) || block.contains(&0) {
             return Err(Error::InvalidArgument(format!(
                 "empty launch of {}: grid {grid:?}, block {block:?}",
                 kernel.name
             )));
+        }
+        if co_resident {
+            let fits = kernel.resident_ctas(config.threads(), shared_bytes)?;
+            check_co_resident(kernel, &config, fits, "the GPU holds")?;
         }
         match (&self.inner, &kernel.code) {
             (StreamInner::Cuda(stream), KernelCode::Cuda(module)) => {
@@ -762,16 +866,18 @@ impl Stream {
                 // parameter (this function's contract); the driver copies the values before
                 // returning and never writes through them. Device addresses stay valid until the
                 // launch finished (contract).
-                unsafe { stream.launch(&func, grid, block, shared_bytes, &mut ptrs) }?;
+                unsafe { stream.launch(&func, grid, block, shared_bytes, co_resident, &mut ptrs) }?;
                 if let Some(c) = capture.as_mut() {
                     c.keep(module);
                 }
                 Ok(())
             }
-            (StreamInner::Emu(emu), &KernelCode::Emu(entry)) => {
+            (StreamInner::Emu(emu), KernelCode::Emu(k)) => {
                 let name = kernel.name;
+                let entry = k.entry;
+                let occupancy = kernel.occupancy(config.threads(), shared_bytes)?;
                 let args = args.clone();
-                tracing::debug!(target: "symcomm::stream", kernel = name, ?grid, ?block, shared_bytes, "enqueue emulator launch");
+                tracing::debug!(target: "symcomm::stream", kernel = name, ?grid, ?block, shared_bytes, occupancy, "enqueue emulator launch");
                 let item: HostFn = Arc::new(move || {
                     let mut ptrs = args.pointers();
                     // SAFETY: `ptrs` points into `args`, owned by this closure for the whole
@@ -780,7 +886,9 @@ impl Stream {
                     // launch (or the last replay of a graph that recorded it) finished is the
                     // contract of `Stream::launch`.
                     unsafe {
-                        symcomm_device::emu::launch(
+                        symcomm_device::emu::launch_on(
+                            EMU_GPU,
+                            occupancy,
                             name,
                             entry,
                             grid,
@@ -1839,9 +1947,13 @@ mod tests {
             LaunchConfig {
                 grid: [4, 1, 1],
                 block: [128, 1, 1],
-                shared_bytes: 64
+                shared_bytes: 64,
+                co_resident: false,
             }
         );
+        let c = LaunchConfig::linear(4, 128).co_resident();
+        assert!(c.co_resident);
+        assert_eq!((c.ctas(), c.threads()), (4, 128));
     }
 
     #[test]

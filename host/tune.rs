@@ -474,8 +474,8 @@ pub fn algo_from_env() -> Result<Option<Algorithm>> {
 
 /// Bytes per CTA [`geometry`] aims at.
 pub const PIECE_BYTES: u64 = 64 << 10;
-/// Threads per CTA on CUDA.
-pub const CUDA_THREADS: u32 = 512;
+/// Threads per CTA on CUDA: the built-in kernels' launch bounds.
+pub const CUDA_THREADS: u32 = symcomm_device::abi::SYMCOMM_BUILTIN_THREADS;
 /// Threads per CTA on the emulator.
 pub const EMU_THREADS: u32 = 64;
 /// Most CTAs per call on the emulator (each CTA is an OS thread; small machines).
@@ -486,9 +486,9 @@ pub const EMU_MAX_CTAS: u32 = 4;
 ///
 /// CTAs: one per [`PIECE_BYTES`] of the bytes a rank moves (`bytes`, the nccl-tests size; for
 /// scatter one block, `bytes / nranks`), at least 1, at most `max_ctas` (the barrier slots the
-/// caller has; 0 counts as 1) and on the emulator at most [`EMU_MAX_CTAS`] — so messages under
-/// 64 KiB run on one CTA. Threads: [`CUDA_THREADS`] or [`EMU_THREADS`], raised to `nranks`
-/// rounded up to a warp (in-place all-to-all needs a thread per rank), at most 1024.
+/// caller may keep resident: its share of the GPU's co-resident CTAs, within its barrier indices;
+/// 0 counts as 1) and on the emulator at most [`EMU_MAX_CTAS`] — so messages under 64 KiB run on
+/// one CTA. Threads: [`threads`].
 pub fn geometry(
     coll: Collective,
     bytes: u64,
@@ -501,15 +501,25 @@ pub fn geometry(
         Collective::Scatter => bytes / n,
         _ => bytes,
     };
-    let (cap, base) = match backend {
-        BackendKind::Cuda => (max_ctas, CUDA_THREADS),
-        BackendKind::Emu => (max_ctas.min(EMU_MAX_CTAS), EMU_THREADS),
+    let cap = match backend {
+        BackendKind::Cuda => max_ctas,
+        BackendKind::Emu => max_ctas.min(EMU_MAX_CTAS),
     };
     let cap = cap.max(1);
     let ctas = work.div_ceil(PIECE_BYTES).clamp(1, u64::from(cap));
     let ctas = u32::try_from(ctas).unwrap_or(cap);
-    let threads = base.max(nranks.min(1024).next_multiple_of(32)).min(1024);
-    (ctas, threads)
+    (ctas, threads(nranks, backend))
+}
+
+/// Threads per CTA of the built-in collective kernel: [`CUDA_THREADS`] or [`EMU_THREADS`],
+/// raised to `nranks` rounded up to a warp (in-place all-to-all needs a thread per rank), at
+/// most 1024.
+pub fn threads(nranks: u32, backend: BackendKind) -> u32 {
+    let base = match backend {
+        BackendKind::Cuda => CUDA_THREADS,
+        BackendKind::Emu => EMU_THREADS,
+    };
+    base.max(nranks.min(1024).next_multiple_of(32)).min(1024)
 }
 
 /// The model for `symcomm info`: the formula, both backends' parameters and their all-reduce

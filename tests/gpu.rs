@@ -291,7 +291,7 @@ fn run(team: &GpuTeam, l: &Launch<'_>) -> Result<(Vec<[u32; 3]>, Duration), Stri
         // address in them belongs to `team` or `l.results`, which outlive the wait below (`wait`
         // exits the process rather than return while a kernel may still run).
         unsafe {
-            l.streams[rank as usize].launch(l.func, [1, 1, 1], [l.threads, 1, 1], 0, &mut args)
+            l.streams[rank as usize].launch(l.func, [1, 1, 1], [l.threads, 1, 1], 0, false, &mut args)
         }
         .map_err(err)?;
     }
@@ -635,7 +635,7 @@ impl Ranks for GpuRanks<'_> {
                 // outlives the wait below (`wait` exits the process rather than return while a
                 // kernel may still run).
                 let launched = unsafe {
-                    self.streams[r].launch(func, [ctas, 1, 1], [threads, 1, 1], 0, &mut ptrs)
+                    self.streams[r].launch(func, [ctas, 1, 1], [threads, 1, 1], 0, false, &mut ptrs)
                 };
                 if let Err(e) = launched {
                     failed = Some(format!("launch of rank {r}: {e}"));

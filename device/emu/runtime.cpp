@@ -1,8 +1,12 @@
 // symcomm CPU emulator runtime: runs a kernel launch on CPU threads.
 //
-// Scheduling. Every CTA of a launch runs on its own OS thread, all started together, so that any
-// CTA may spin-wait for any other CTA, or for a CTA of another rank launched concurrently from
-// another host thread: the co-residency a GPU gives to a grid that fits. The threads of a CTA are
+// Scheduling. Every CTA of a launch runs on its own OS thread, started when the emulated GPU
+// admits it: like a GPU, an emulated GPU holds only so many CTAs (SMs x room per SM, shared by
+// every launch on it from any host thread), admits them strictly in launch order and frees their
+// room only when they return (see "Residency" below and symcomm_emu_runtime.h). Resident CTAs run
+// concurrently, so any CTA may spin-wait for any other resident CTA, of this launch or of a rank
+// launching from another host thread; a CTA that waits for one that cannot be resident waits
+// until its bounded wait gives up, as on the GPU. The threads of a CTA are
 // fibers (ucontext) on that OS thread, switched cooperatively: a fiber runs until it waits at a
 // barrier (`__syncthreads`, `__syncwarp`, a shuffle or vote), yields (`__nanosleep`, the device
 // library's back-off), or returns. A barrier hands over to the next runnable fiber and the last
@@ -26,7 +30,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -602,29 +608,119 @@ void release_cta(Cta& c) {
     if (c.shared != nullptr) munmap(c.shared, c.shared_map_bytes);
 }
 
-/// Start gate: CTA threads wait until every CTA thread of the launch exists (or the launch is
-/// cancelled because one could not be created), so that no kernel code runs that might wait for
-/// a CTA that will never run.
-struct Gate {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool open = false;
-    bool cancelled = false;
+// ---- Residency ---------------------------------------------------------------------------------
+//
+// Each emulated GPU admits CTAs against its SMs' room, strictly in launch order, and a CTA leaves
+// only when it returns (see symcomm_emu_runtime.h). The scheduler's state is shared by the ranks
+// of a process, so it must not order their memory for ThreadSanitizer: a CTA of rank A retiring
+// and one of rank B being admitted are not synchronized on a GPU. Its lock is therefore an
+// uninstrumented spin lock and waiters sleep on a futex (raw system calls TSan does not see).
+
+constexpr unsigned kMaxCtasPerSm = 64;
+
+struct Gpu {
+    int lock;                   // spin lock (uninstrumented atomics)
+    uint32_t changes;           // futex word: bumped whenever room or the queue head changes
+    unsigned sms;               // 0 until configured (explicitly, or from the environment on first use)
+    unsigned per_sm;            // units per SM
+    unsigned free_units[SYMCOMM_EMU_MAX_SMS];
+    uint64_t next_ticket;       // tickets handed out: one per CTA, launch by launch
+    uint64_t serving;           // the ticket whose CTA is admitted next
+    uint64_t resident;          // CTAs resident now
 };
 
+// Zero-initialized storage without constructors (no function-local statics: see kPageSize).
+Gpu g_gpus[SYMCOMM_EMU_MAX_GPUS];
+
+SYMCOMM_EMU_UNINSTRUMENTED void gpu_lock(Gpu& g) {
+    while (__atomic_exchange_n(&g.lock, 1, __ATOMIC_ACQUIRE) != 0) sched_yield();
+}
+SYMCOMM_EMU_UNINSTRUMENTED void gpu_unlock(Gpu& g) { __atomic_store_n(&g.lock, 0, __ATOMIC_RELEASE); }
+
+/// Wakes every waiter after a change (called with the lock held; the bump is what they compare).
+SYMCOMM_EMU_UNINSTRUMENTED void gpu_changed(Gpu& g) {
+    __atomic_add_fetch(&g.changes, 1, __ATOMIC_RELEASE);
+    syscall(SYS_futex, &g.changes, FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+/// Sleeps until `g.changes` differs from `seen` (or 10 ms passed: a safety net only).
+SYMCOMM_EMU_UNINSTRUMENTED void gpu_wait(Gpu& g, uint32_t seen) {
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    syscall(SYS_futex, &g.changes, FUTEX_WAIT_PRIVATE, seen, &ts, nullptr, 0);
+}
+
+/// A positive integer from the environment variable `name` in [lo, hi], `dflt` when unset.
+bool env_count(const char* name, unsigned dflt, unsigned lo, unsigned hi, unsigned* out, char* err, size_t err_len,
+               int* code);
+
+/// Gives `g` its configuration from the environment on first use (lock held).
+SYMCOMM_EMU_UNINSTRUMENTED bool gpu_ensure(Gpu& g, char* err, size_t err_len, int* code) {
+    if (g.sms != 0) return true;
+    unsigned sms = 0, per_sm = 0;
+    if (!env_count("SYMCOMM_EMU_SMS", SYMCOMM_EMU_DEFAULT_SMS, 1, SYMCOMM_EMU_MAX_SMS, &sms, err, err_len, code) ||
+        !env_count("SYMCOMM_EMU_CTAS_PER_SM", SYMCOMM_EMU_DEFAULT_CTAS_PER_SM, 1, kMaxCtasPerSm, &per_sm, err, err_len,
+                   code))
+        return false;
+    g.sms = sms;
+    g.per_sm = per_sm;
+    for (unsigned i = 0; i < sms; ++i) g.free_units[i] = per_sm;
+    return true;
+}
+
+/// Units one CTA of a kernel with `occupancy` CTAs per SM takes on `g`.
+SYMCOMM_EMU_UNINSTRUMENTED unsigned cta_cost(const Gpu& g, unsigned occupancy) {
+    if (occupancy == 0 || occupancy > g.per_sm) occupancy = g.per_sm;
+    return g.per_sm / occupancy;
+}
+
+/// Blocks until the CTA holding `ticket` is at the head of the queue and an SM has `cost` free
+/// units; takes them and returns the SM. With `cancel`, only waits for its turn and passes it on
+/// (a CTA of a failed launch: later launches must not wait for it forever).
+SYMCOMM_EMU_UNINSTRUMENTED unsigned gpu_admit(Gpu& g, uint64_t ticket, unsigned cost, bool cancel) {
+    for (;;) {
+        gpu_lock(g);
+        if (g.serving == ticket) {
+            unsigned best = kNone;
+            if (!cancel)
+                for (unsigned i = 0; i < g.sms; ++i)
+                    if (g.free_units[i] >= cost && (best == kNone || g.free_units[i] > g.free_units[best])) best = i;
+            if (cancel || best != kNone) {
+                if (!cancel) {
+                    g.free_units[best] -= cost;
+                    ++g.resident;
+                }
+                ++g.serving;
+                gpu_changed(g);
+                gpu_unlock(g);
+                return best;
+            }
+        }
+        const uint32_t seen = __atomic_load_n(&g.changes, __ATOMIC_ACQUIRE);
+        gpu_unlock(g);
+        gpu_wait(g, seen);
+    }
+}
+
+SYMCOMM_EMU_UNINSTRUMENTED void gpu_retire(Gpu& g, unsigned sm, unsigned cost) {
+    gpu_lock(g);
+    g.free_units[sm] += cost;
+    --g.resident;
+    gpu_changed(g);
+    gpu_unlock(g);
+}
+
+/// A CTA's OS thread: what it runs and the room it gives back when it returns.
 struct CtaThread {
     Cta* cta;
-    Gate* gate;
+    Gpu* gpu;
+    unsigned sm;
+    unsigned cost;
 };
 
 void* cta_thread_main(void* p) {
     const CtaThread* t = static_cast<const CtaThread*>(p);
-    {
-        std::unique_lock<std::mutex> lock(t->gate->mu);
-        t->gate->cv.wait(lock, [&] { return t->gate->open; });
-        if (t->gate->cancelled) return nullptr;
-    }
     run_cta(t->cta);
+    gpu_retire(*t->gpu, t->sm, t->cost);
     return nullptr;
 }
 
@@ -644,6 +740,22 @@ bool stack_size(size_t* out, char* err, size_t err_len, int* code) {
         bytes = size_t(v);
     }
     *out = round_up(bytes, page_size());
+    return true;
+}
+
+bool env_count(const char* name, unsigned dflt, unsigned lo, unsigned hi, unsigned* out, char* err, size_t err_len,
+               int* code) {
+    *out = dflt;
+    const char* env = getenv(name);
+    if (env == nullptr) return true;
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long v = strtoull(env, &end, 10);
+    if (errno != 0 || end == env || *end != '\0' || v < lo || v > hi) {
+        *code = fail(err, err_len, SYMCOMM_EMU_EINVAL, "%s=%s: expected a count in [%u, %u]", name, env, lo, hi);
+        return false;
+    }
+    *out = unsigned(v);
     return true;
 }
 
@@ -799,9 +911,57 @@ void symcomm_emu_trap(const char* file, int line) {
     abort();
 }
 
+int symcomm_emu_gpu_configure(uint32_t gpu, uint32_t sms, uint32_t ctas_per_sm, char* err, size_t err_len) {
+    if (gpu >= SYMCOMM_EMU_MAX_GPUS)
+        return fail(err, err_len, SYMCOMM_EMU_EINVAL, "emulated GPU %u: at most %u GPUs", gpu, SYMCOMM_EMU_MAX_GPUS);
+    if (sms < 1 || sms > SYMCOMM_EMU_MAX_SMS || ctas_per_sm < 1 || ctas_per_sm > kMaxCtasPerSm)
+        return fail(err, err_len, SYMCOMM_EMU_EINVAL,
+                    "emulated GPU %u: %u SMs of %u CTAs each (expected 1 to %u SMs, 1 to %u CTAs per SM)", gpu, sms,
+                    ctas_per_sm, SYMCOMM_EMU_MAX_SMS, kMaxCtasPerSm);
+    Gpu& g = g_gpus[gpu];
+    gpu_lock(g);
+    if (g.resident != 0 || g.next_ticket != g.serving) {
+        const uint64_t resident = g.resident, queued = g.next_ticket - g.serving;
+        gpu_unlock(g);
+        return fail(err, err_len, SYMCOMM_EMU_EBUSY,
+                    "emulated GPU %u is in use (%llu CTAs resident, %llu queued): configure it before launching", gpu,
+                    (unsigned long long)resident, (unsigned long long)queued);
+    }
+    g.sms = sms;
+    g.per_sm = ctas_per_sm;
+    for (unsigned i = 0; i < sms; ++i) g.free_units[i] = ctas_per_sm;
+    gpu_unlock(g);
+    return SYMCOMM_EMU_OK;
+}
+
+int symcomm_emu_gpu_query(uint32_t gpu, uint32_t* sms, uint32_t* ctas_per_sm, uint32_t* resident, char* err,
+                          size_t err_len) {
+    if (gpu >= SYMCOMM_EMU_MAX_GPUS)
+        return fail(err, err_len, SYMCOMM_EMU_EINVAL, "emulated GPU %u: at most %u GPUs", gpu, SYMCOMM_EMU_MAX_GPUS);
+    Gpu& g = g_gpus[gpu];
+    int code = SYMCOMM_EMU_OK;
+    gpu_lock(g);
+    const bool ok = gpu_ensure(g, err, err_len, &code);
+    if (ok) {
+        if (sms != nullptr) *sms = g.sms;
+        if (ctas_per_sm != nullptr) *ctas_per_sm = g.per_sm;
+        if (resident != nullptr) *resident = uint32_t(g.resident);
+    }
+    gpu_unlock(g);
+    return code;
+}
+
 int symcomm_emu_launch(const char* name, symcomm_emu_entry entry, const uint32_t grid[3], const uint32_t block[3],
                        size_t shared_bytes, void** args, char* err, size_t err_len) {
+    return symcomm_emu_launch_on(0, 0, name, entry, grid, block, shared_bytes, args, err, err_len);
+}
+
+int symcomm_emu_launch_on(uint32_t gpu, uint32_t occupancy, const char* name, symcomm_emu_entry entry,
+                          const uint32_t grid[3], const uint32_t block[3], size_t shared_bytes, void** args, char* err,
+                          size_t err_len) {
     if (entry == nullptr) return fail(err, err_len, SYMCOMM_EMU_EINVAL, "null kernel entry");
+    if (gpu >= SYMCOMM_EMU_MAX_GPUS)
+        return fail(err, err_len, SYMCOMM_EMU_EINVAL, "emulated GPU %u: at most %u GPUs", gpu, SYMCOMM_EMU_MAX_GPUS);
     const uint64_t ctas = uint64_t(grid[0]) * grid[1] * grid[2];
     const uint64_t per_cta = uint64_t(block[0]) * block[1] * block[2];
     if (ctas == 0 || per_cta == 0)
@@ -816,7 +976,7 @@ int symcomm_emu_launch(const char* name, symcomm_emu_entry entry, const uint32_t
                     grid[0], grid[1], grid[2]);
     if (ctas > SYMCOMM_EMU_MAX_CTAS)
         return fail(err, err_len, SYMCOMM_EMU_ELIMIT,
-                    "launch of %llu CTAs exceeds the emulator's limit of %u concurrent CTAs (one OS thread each)",
+                    "launch of %llu CTAs exceeds the emulator's limit of %u CTAs per launch (one OS thread each)",
                     (unsigned long long)ctas, SYMCOMM_EMU_MAX_CTAS);
     const uint64_t total = ctas * per_cta;
     if (total > SYMCOMM_EMU_MAX_THREADS)
@@ -831,14 +991,28 @@ int symcomm_emu_launch(const char* name, symcomm_emu_entry entry, const uint32_t
     int code = SYMCOMM_EMU_OK;
     if (!stack_size(&stack_bytes, err, err_len, &code)) return code;
 
+    // The launch's place in the GPU's queue: one ticket per CTA, taken together.
+    Gpu& g = g_gpus[gpu];
+    gpu_lock(g);
+    if (!gpu_ensure(g, err, err_len, &code)) {
+        gpu_unlock(g);
+        return code;
+    }
+    const unsigned cost = cta_cost(g, occupancy);
+    const uint64_t first_ticket = g.next_ticket;
+    g.next_ticket += ctas;
+    gpu_unlock(g);
+
     std::vector<void*> tsan_fibers;
 #if SYMCOMM_EMU_TSAN
     tsan_fibers.resize(total);
-    if (!tsan_pool.take(total, ctas, tsan_fibers.data()))
+    if (!tsan_pool.take(total, ctas, tsan_fibers.data())) {
+        for (uint64_t t = 0; t < ctas; ++t) gpu_admit(g, first_ticket + t, 0, true);
         return fail(err, err_len, SYMCOMM_EMU_ELIMIT,
                     "launch of %llu threads in %llu CTAs: under ThreadSanitizer at most %u emulated threads and CTAs "
                     "may be live in the process",
                     (unsigned long long)total, (unsigned long long)ctas, SYMCOMM_EMU_TSAN_MAX_THREADS);
+    }
 #endif
 
     const Launch launch{name, entry, args, shared_bytes};
@@ -846,43 +1020,42 @@ int symcomm_emu_launch(const char* name, symcomm_emu_entry entry, const uint32_t
     std::vector<CtaThread> cta_threads(ctas);
     std::vector<pthread_t> threads;
     threads.reserve(ctas);
-    Gate gate;
     const dim3 gdim(grid[0], grid[1], grid[2]);
     const dim3 bdim(block[0], block[1], block[2]);
     const char* setup_error = nullptr;
     int setup_errno = 0;
+    int create_error = 0;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    // The CTA thread itself only runs the scheduler; kernel code runs on fiber stacks.
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    // CTAs in blockIdx order (x fastest), each started as soon as the GPU admits it. A CTA that
+    // cannot be set up or started fails the launch; CTAs already running may then wait for it
+    // until their bounded waits give up, as on a GPU whose launch failed midway.
     uint64_t i = 0;
-    for (uint32_t bz = 0; bz < grid[2] && setup_error == nullptr; ++bz)
-        for (uint32_t by = 0; by < grid[1] && setup_error == nullptr; ++by)
-            for (uint32_t bx = 0; bx < grid[0] && setup_error == nullptr; ++bx, ++i) {
+    for (uint32_t bz = 0; bz < grid[2]; ++bz)
+        for (uint32_t by = 0; by < grid[1]; ++by)
+            for (uint32_t bx = 0; bx < grid[0]; ++bx, ++i) {
+                const bool failed = setup_error != nullptr || create_error != 0;
+                const unsigned sm = gpu_admit(g, first_ticket + i, cost, failed);
+                if (failed) continue;
                 state[i] = std::make_unique<Cta>();
                 setup_error = setup_cta(*state[i], launch, uint3{bx, by, bz}, gdim, bdim, stack_bytes,
                                         tsan_fibers.empty() ? nullptr : tsan_fibers.data() + i * per_cta);
                 setup_errno = errno;
-                cta_threads[i] = CtaThread{state[i].get(), &gate};
+                cta_threads[i] = CtaThread{state[i].get(), &g, sm, cost};
+                if (setup_error == nullptr) {
+                    pthread_t th;
+                    create_error = pthread_create(&th, &attr, cta_thread_main, &cta_threads[i]);
+                    if (create_error == 0) {
+                        threads.push_back(th);
+                        continue;
+                    }
+                }
+                gpu_retire(g, sm, cost);
             }
-
-    int create_error = 0;
-    if (setup_error == nullptr) {
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        // The CTA thread itself only runs the scheduler; kernel code runs on fiber stacks.
-        pthread_attr_setstacksize(&attr, 256 * 1024);
-        for (uint64_t t = 0; t < ctas; ++t) {
-            pthread_t th;
-            create_error = pthread_create(&th, &attr, cta_thread_main, &cta_threads[t]);
-            if (create_error != 0) break;
-            threads.push_back(th);
-        }
-        pthread_attr_destroy(&attr);
-        {
-            std::lock_guard<std::mutex> lock(gate.mu);
-            gate.open = true;
-            gate.cancelled = create_error != 0;
-        }
-        gate.cv.notify_all();
-        for (pthread_t th : threads) pthread_join(th, nullptr);
-    }
+    pthread_attr_destroy(&attr);
+    for (pthread_t th : threads) pthread_join(th, nullptr);
     for (auto& c : state)
         if (c) release_cta(*c);
 #if SYMCOMM_EMU_TSAN

@@ -40,10 +40,51 @@ typedef void (*symcomm_emu_entry)(void** args);
 /// keeps about 1 MiB of state per fiber and caps threads plus fibers at 8192).
 #define SYMCOMM_EMU_TSAN_MAX_THREADS 6144u
 
-/// Runs kernel `name` (`entry`) on grid x block emulated threads and returns when every thread
-/// has returned (a blocking launch). Every CTA runs concurrently with every other CTA of this
-/// launch and of launches made from other host threads, so CTAs and ranks may spin-wait for one
-/// another; the threads of one CTA run as fibers on that CTA's OS thread.
+/// Most emulated GPUs in one process (residency domains, numbered from 0).
+#define SYMCOMM_EMU_MAX_GPUS 64u
+/// Most SMs of one emulated GPU.
+#define SYMCOMM_EMU_MAX_SMS 1024u
+/// SMs of an emulated GPU unless configured (an H200); the environment variable SYMCOMM_EMU_SMS
+/// overrides it for every GPU not configured explicitly.
+#define SYMCOMM_EMU_DEFAULT_SMS 132u
+/// Most CTAs resident on one SM (sm_80 and sm_90: 32); the environment variable
+/// SYMCOMM_EMU_CTAS_PER_SM overrides it for every GPU not configured explicitly.
+#define SYMCOMM_EMU_DEFAULT_CTAS_PER_SM 32u
+/// Status: the GPU is in use (configuration refused while CTAs are resident or queued).
+#define SYMCOMM_EMU_EBUSY 4
+
+/// Residency. Like a GPU, an emulated GPU holds only so many CTAs at once: `sms` SMs, each with
+/// room for `ctas_per_sm` CTAs of the smallest kind. A CTA of a kernel whose occupancy is k CTAs
+/// per SM (what cuOccupancyMaxActiveBlocksPerMultiprocessor says for its block size, registers
+/// and shared memory) takes floor(ctas_per_sm / k) of its SM's `ctas_per_sm` units. CTAs are
+/// admitted strictly in launch order (launch by launch, CTA by CTA in blockIdx order, over every
+/// launch on that GPU from any host thread), each on the SM with the most free units, and leave
+/// only when they return — so a kernel whose CTAs wait for CTAs that cannot be resident at the
+/// same time (another rank's, or its own later ones) waits as it would on the GPU, and the device
+/// library's bounded waits turn that into a Timeout instead of a hang.
+///
+/// Configures emulated GPU `gpu`. Refused (SYMCOMM_EMU_EBUSY) while CTAs of it are resident or
+/// queued; SYMCOMM_EMU_EINVAL for gpu >= SYMCOMM_EMU_MAX_GPUS, sms outside [1,
+/// SYMCOMM_EMU_MAX_SMS] or ctas_per_sm outside [1, 64].
+int symcomm_emu_gpu_configure(uint32_t gpu, uint32_t sms, uint32_t ctas_per_sm, char* err, size_t err_len);
+
+/// The configuration of emulated GPU `gpu` (from the environment or the defaults when never
+/// configured) and the CTAs resident on it now. Returns SYMCOMM_EMU_OK, or an error with a message.
+int symcomm_emu_gpu_query(uint32_t gpu, uint32_t* sms, uint32_t* ctas_per_sm, uint32_t* resident, char* err,
+                          size_t err_len);
+
+/// As symcomm_emu_launch, on emulated GPU `gpu`, for a kernel whose occupancy at this block size
+/// is `occupancy` CTAs per SM (0 or more than the GPU's ctas_per_sm: the GPU's ctas_per_sm, one
+/// unit per CTA). CTAs are admitted as described above; the launch returns when all have run.
+int symcomm_emu_launch_on(uint32_t gpu, uint32_t occupancy, const char* name, symcomm_emu_entry entry,
+                          const uint32_t grid[3], const uint32_t block[3], size_t shared_bytes, void** args, char* err,
+                          size_t err_len);
+
+/// Runs kernel `name` (`entry`) on grid x block emulated threads of emulated GPU 0, one unit per
+/// CTA, and returns when every thread has returned (a blocking launch). CTAs run concurrently
+/// with every other resident CTA of this launch and of launches made from other host threads, so
+/// CTAs and ranks may spin-wait for one another as far as the GPU's residency allows (above); the
+/// threads of one CTA run as fibers on that CTA's OS thread.
 ///
 /// `shared_bytes` is the dynamic shared memory of each CTA (SYMCOMM_DYNAMIC_SHARED).
 /// `name` is used in messages only (may be null).

@@ -74,7 +74,7 @@ SYMCOMM_DEVICE void take_chunk(Cta g, const DevComm& comm, const P2pArgs& args, 
 
 }  // namespace
 
-extern "C" __global__ void symcomm_sendrecv(DevComm comm, P2pArgs args) {
+extern "C" __global__ void __launch_bounds__(SYMCOMM_BUILTIN_THREADS) symcomm_sendrecv(DevComm comm, P2pArgs args) {
     const Cta g;
     if (blockIdx.x >= args.nops || blockIdx.x >= SYMCOMM_P2P_MAX_OPS) return;
     const P2pOp op = args.ops[blockIdx.x];

@@ -47,6 +47,7 @@ pub const SYMCOMM_COLL_ALL_TO_ALL: u32 = 7;
 pub const SYMCOMM_COLL_COUNT: u32 = 8;
 pub const SYMCOMM_SCOPE_GRID: u32 = 0;
 pub const SYMCOMM_SCOPE_CTA: u32 = 1;
+pub const SYMCOMM_BUILTIN_THREADS: u32 = 512;
 pub const SYMCOMM_P2P_MAX_OPS: u32 = 32;
 pub const SYMCOMM_P2P_FIRST_SLOT: u32 = 251;
 pub const SYMCOMM_USER_BARRIER_FIRST: u32 = 128;

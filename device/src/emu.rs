@@ -1,7 +1,9 @@
 //! The CPU emulator runtime (C++, `device/emu/runtime.cpp`): runs CUDA C++ kernels compiled with
-//! the host C++ compiler. Every CTA of a launch runs on its own OS thread, concurrently with every
-//! other CTA (of this launch and of launches from other host threads); the threads of a CTA run
-//! as fibers on it. `device/emu/README.md` lists what the emulator supports.
+//! the host C++ compiler. Every CTA of a launch runs on its own OS thread, admitted by its emulated
+//! GPU against a residency budget (SMs x room per SM, shared by every launch on that GPU, strictly
+//! in launch order, freed only when a CTA returns — see [`launch_on`]); resident CTAs run
+//! concurrently, and the threads of a CTA run as fibers on it. `device/emu/README.md` lists what
+//! the emulator supports.
 
 use std::ffi::{CString, c_char, c_int, c_void};
 
@@ -21,8 +23,50 @@ pub const MAX_CTAS: u32 = 4096;
 /// (`SYMCOMM_EMU_MAX_DYNAMIC_SHARED`).
 pub const MAX_DYNAMIC_SHARED: usize = 227 * 1024;
 
+/// Most emulated GPUs in one process (`SYMCOMM_EMU_MAX_GPUS`).
+pub const MAX_GPUS: u32 = 64;
+
+/// Most SMs of one emulated GPU (`SYMCOMM_EMU_MAX_SMS`).
+pub const MAX_SMS: u32 = 1024;
+
+/// SMs of an emulated GPU unless configured or set by `SYMCOMM_EMU_SMS`: an H200's 132
+/// (`SYMCOMM_EMU_DEFAULT_SMS`).
+pub const DEFAULT_SMS: u32 = 132;
+
+/// Room per SM unless configured or set by `SYMCOMM_EMU_CTAS_PER_SM`: 32 CTAs, sm_80's and
+/// sm_90's limit (`SYMCOMM_EMU_DEFAULT_CTAS_PER_SM`).
+pub const DEFAULT_CTAS_PER_SM: u32 = 32;
+
+/// The residency configuration of an emulated GPU and what is resident on it now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuResidency {
+    /// SMs.
+    pub sms: u32,
+    /// Room per SM: a CTA of a kernel with occupancy k CTAs per SM takes `ctas_per_sm / k` of it.
+    pub ctas_per_sm: u32,
+    /// CTAs resident at the time of the query.
+    pub resident: u32,
+}
+
 unsafe extern "C" {
-    fn symcomm_emu_launch(
+    fn symcomm_emu_gpu_configure(
+        gpu: u32,
+        sms: u32,
+        ctas_per_sm: u32,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> c_int;
+    fn symcomm_emu_gpu_query(
+        gpu: u32,
+        sms: *mut u32,
+        ctas_per_sm: *mut u32,
+        resident: *mut u32,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> c_int;
+    fn symcomm_emu_launch_on(
+        gpu: u32,
+        occupancy: u32,
         name: *const c_char,
         entry: EmuEntry,
         grid: *const u32,
@@ -34,23 +78,108 @@ unsafe extern "C" {
     ) -> c_int;
 }
 
-/// Runs kernel `name` (`entry`) on the emulator with `shared_bytes` of dynamic shared memory per
-/// CTA, and returns when every emulated thread has returned.
+/// The text the runtime wrote into `err`.
+fn message(err: &[c_char]) -> String {
+    let bytes: Vec<u8> = err
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Sets the residency of emulated GPU `gpu`: `sms` SMs with room for `ctas_per_sm` CTAs each.
 ///
-/// Launches made concurrently from different host threads run concurrently, so ranks launched
-/// from their own threads can wait for one another, as on a GPU. `name` appears in messages.
+/// # Errors
+/// [`Error::EmuConfig`] while CTAs are resident on or queued for that GPU, for `gpu >=`
+/// [`MAX_GPUS`], `sms` outside `1..=`[`MAX_SMS`] or `ctas_per_sm` outside `1..=64`.
+pub fn configure_gpu(gpu: u32, sms: u32, ctas_per_sm: u32) -> Result<(), Error> {
+    let mut err = [0 as c_char; 256];
+    // SAFETY: `err` is writable for its length; the call reads nothing else.
+    let rc = unsafe { symcomm_emu_gpu_configure(gpu, sms, ctas_per_sm, err.as_mut_ptr(), err.len()) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(Error::EmuConfig(message(&err)))
+    }
+}
+
+/// The residency of emulated GPU `gpu` (its configuration, from `SYMCOMM_EMU_SMS` /
+/// `SYMCOMM_EMU_CTAS_PER_SM` or the defaults when never configured).
+///
+/// # Errors
+/// [`Error::EmuConfig`] for `gpu >=` [`MAX_GPUS`] or a malformed environment variable.
+pub fn query_gpu(gpu: u32) -> Result<GpuResidency, Error> {
+    let mut err = [0 as c_char; 256];
+    let (mut sms, mut ctas_per_sm, mut resident) = (0u32, 0u32, 0u32);
+    // SAFETY: every pointer is to a live local, `err` writable for its length.
+    let rc = unsafe {
+        symcomm_emu_gpu_query(
+            gpu,
+            &raw mut sms,
+            &raw mut ctas_per_sm,
+            &raw mut resident,
+            err.as_mut_ptr(),
+            err.len(),
+        )
+    };
+    if rc == 0 {
+        Ok(GpuResidency {
+            sms,
+            ctas_per_sm,
+            resident,
+        })
+    } else {
+        Err(Error::EmuConfig(message(&err)))
+    }
+}
+
+/// Runs kernel `name` (`entry`) on emulated GPU 0 with `shared_bytes` of dynamic shared memory
+/// per CTA, one unit of room per CTA; see [`launch_on`].
+///
+/// # Errors
+/// As [`launch_on`].
+///
+/// # Safety
+/// As [`launch_on`].
+pub unsafe fn launch(
+    name: &str,
+    entry: EmuEntry,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared_bytes: usize,
+    args: &mut [*mut c_void],
+) -> Result<(), Error> {
+    // SAFETY: forwarded from this function's contract.
+    unsafe { launch_on(0, 0, name, entry, grid, block, shared_bytes, args) }
+}
+
+/// Runs kernel `name` (`entry`) on emulated GPU `gpu` with `shared_bytes` of dynamic shared
+/// memory per CTA, and returns when every emulated thread has returned.
+///
+/// Residency: `occupancy` is the kernel's CTAs per SM at this block size (what the occupancy API
+/// says on a GPU; 0: one unit of room per CTA). CTAs are admitted strictly in launch order over
+/// every launch on `gpu` (from any host thread), each when an SM has room, and leave when they
+/// return. Resident CTAs run concurrently, so ranks launched from their own threads can wait for
+/// one another as far as the GPU's residency allows — and a kernel that needs more co-resident
+/// CTAs than that waits as on a GPU, until its bounded waits give up. `name` appears in messages.
 ///
 /// # Errors
 /// [`Error::EmuLaunch`] for an empty grid or block, dimensions over CUDA's limits, more than
 /// [`MAX_THREADS`] threads, [`MAX_CTAS`] CTAs or [`MAX_DYNAMIC_SHARED`] bytes of dynamic shared
-/// memory, a bad `SYMCOMM_EMU_STACK_BYTES`, a `name` containing NUL, or when the process is out
-/// of memory, threads or memory mappings; no kernel code ran then.
+/// memory, a bad `SYMCOMM_EMU_STACK_BYTES` / `SYMCOMM_EMU_SMS` / `SYMCOMM_EMU_CTAS_PER_SM`, `gpu
+/// >=` [`MAX_GPUS`], a `name` containing NUL, or when the process is out of memory, threads or
+/// memory mappings; no kernel code ran then (except when a CTA could not be started midway: the
+/// CTAs already running finish first).
 ///
 /// # Safety
 /// `args` must hold one pointer per kernel parameter, in order, each pointing at a live value of
 /// exactly the parameter's type, and the memory the kernel reaches through those values (device
 /// addresses in handles) must be valid for the whole launch, as for `cuLaunchKernel`.
-pub unsafe fn launch(
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn launch_on(
+    gpu: u32,
+    occupancy: u32,
     name: &str,
     entry: EmuEntry,
     grid: [u32; 3],
@@ -69,7 +198,9 @@ pub unsafe fn launch(
     // the memory it reaches is valid for the launch, which returns only after every emulated
     // thread has finished.
     let rc = unsafe {
-        symcomm_emu_launch(
+        symcomm_emu_launch_on(
+            gpu,
+            occupancy,
             c_name.as_ptr(),
             entry,
             grid.as_ptr(),
@@ -83,12 +214,7 @@ pub unsafe fn launch(
     if rc == 0 {
         return Ok(());
     }
-    let bytes: Vec<u8> = err
-        .iter()
-        .take_while(|&&c| c != 0)
-        .map(|&c| c as u8)
-        .collect();
-    Err(refused(String::from_utf8_lossy(&bytes).into_owned()))
+    Err(refused(message(&err)))
 }
 
 #[cfg(test)]
@@ -123,6 +249,16 @@ mod tests {
         assert_eq!(
             header_define("SYMCOMM_EMU_MAX_DYNAMIC_SHARED"),
             MAX_DYNAMIC_SHARED as u64
+        );
+        assert_eq!(header_define("SYMCOMM_EMU_MAX_GPUS"), u64::from(MAX_GPUS));
+        assert_eq!(header_define("SYMCOMM_EMU_MAX_SMS"), u64::from(MAX_SMS));
+        assert_eq!(
+            header_define("SYMCOMM_EMU_DEFAULT_SMS"),
+            u64::from(DEFAULT_SMS)
+        );
+        assert_eq!(
+            header_define("SYMCOMM_EMU_DEFAULT_CTAS_PER_SM"),
+            u64::from(DEFAULT_CTAS_PER_SM)
         );
     }
 

@@ -57,4 +57,7 @@ pub enum Error {
         /// The runtime's explanation.
         message: String,
     },
+    /// The emulator refused a GPU configuration (a bad value, or the GPU is in use).
+    #[error("emulated GPU configuration: {0}")]
+    EmuConfig(String),
 }

@@ -76,6 +76,9 @@ const DRIVER_SYMBOLS: &[&str] = &[
     "cuEventQuery",
     "cuEventDestroy_v2",
     "cuLaunchKernel",
+    "cuLaunchCooperativeKernel",
+    "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+    "cuStreamIsCapturing",
     "cuStreamBeginCapture_v2",
     "cuStreamEndCapture",
     "cuGraphGetNodes",
@@ -899,6 +902,17 @@ unsafe impl Send for CudaModule {}
 unsafe impl Sync for CudaModule {}
 
 impl CudaModule {
+    /// SMs of the module's GPU.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] when the driver refuses the query.
+    pub fn sm_count(&self) -> Result<u32> {
+        attribute(
+            self.ctx.device,
+            dsys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+        )
+    }
+
     /// Where the code came from (fatbin, NVRTC, caller's image).
     pub fn origin(&self) -> &ModuleOrigin {
         &self.origin
@@ -993,6 +1007,30 @@ impl CudaFunction<'_> {
     pub fn param_sizes(&self) -> Option<&[usize]> {
         self.param_sizes.as_deref()
     }
+
+    /// CTAs of `threads` threads with `shared_bytes` of dynamic shared memory that one SM holds
+    /// at once (`cuOccupancyMaxActiveBlocksPerMultiprocessor`).
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] when the driver refuses the query (e.g. more threads than the kernel's
+    /// launch bounds allow).
+    pub fn occupancy(&self, threads: u32, shared_bytes: u32) -> Result<u32> {
+        let block = c_int::try_from(threads)
+            .map_err(|_| Error::InvalidArgument(format!("{threads} threads per CTA")))?;
+        self.module.ctx.bind()?;
+        let mut n: c_int = 0;
+        // SAFETY: the context is current and `self.func` is a live function of it; the
+        // out-pointer is a live local.
+        check("cuOccupancyMaxActiveBlocksPerMultiprocessor", unsafe {
+            dsys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                &mut n,
+                self.func,
+                block,
+                shared_bytes as usize,
+            )
+        })?;
+        Ok(u32::try_from(n).unwrap_or(0))
+    }
 }
 
 /// A CUDA stream of one GPU: created by [`CudaDevice::create_stream`] (`CU_STREAM_NON_BLOCKING`,
@@ -1025,6 +1063,10 @@ impl Stream {
     /// (`CUDA_ERROR_INVALID_VALUE` for a block too large, ...). A fault while the kernel runs
     /// surfaces at the next synchronization.
     ///
+    /// With `cooperative`, a cooperative launch (`cuLaunchCooperativeKernel`): the driver
+    /// guarantees every CTA is resident at once, or refuses the launch
+    /// (`CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE`).
+    ///
     /// # Safety
     /// Each `args[i]` points at a live value of exactly kernel parameter `i`'s type, and every
     /// device address the kernel reaches through them (buffers, handles) stays allocated until the
@@ -1035,6 +1077,7 @@ impl Stream {
         grid: [u32; 3],
         block: [u32; 3],
         shared_bytes: u32,
+        cooperative: bool,
         args: &mut [*mut c_void],
     ) -> Result<()> {
         if grid.contains(&0) || block.contains(&0) {
@@ -1066,6 +1109,23 @@ impl Stream {
         } else {
             args.as_mut_ptr()
         };
+        if cooperative {
+            // SAFETY: as for cuLaunchKernel below (cooperative launches take no `extra`).
+            return check("cuLaunchCooperativeKernel", unsafe {
+                dsys::cuLaunchCooperativeKernel(
+                    func.func,
+                    grid[0],
+                    grid[1],
+                    grid[2],
+                    block[0],
+                    block[1],
+                    block[2],
+                    shared_bytes,
+                    self.stream,
+                    params,
+                )
+            });
+        }
         // SAFETY: the context is current; `func` and `self.stream` are live handles of it;
         // `params` holds one pointer per parameter (this function's contract); no `extra`.
         check("cuLaunchKernel", unsafe {

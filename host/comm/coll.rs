@@ -294,12 +294,22 @@ pub(super) struct Lane {
     last: Mutex<Option<crate::stream::Event>>,
 }
 
+/// A built-in kernel, loaded, with its launch shape on this communicator.
+pub(super) struct Builtin {
+    kernel: Kernel,
+    /// Threads per CTA.
+    threads: u32,
+    /// Most CTAs one launch may use: this rank's per-lane share of the CTAs its GPU holds at
+    /// once (see [`crate::residency`]), within the lane's barrier indices.
+    max_ctas: u32,
+}
+
 /// Per-communicator state of the host collectives.
 #[derive(Default)]
 pub(super) struct CollState {
     lanes: Mutex<Vec<std::sync::Arc<Lane>>>,
-    kernels: [OnceLock<Kernel>; 12],
-    p2p_kernel: OnceLock<Kernel>,
+    kernels: [OnceLock<Builtin>; 12],
+    p2p_kernel: OnceLock<Builtin>,
     algo: OnceLock<Option<Algorithm>>,
 }
 
@@ -548,17 +558,45 @@ impl Communicator {
         Ok(*self.coll.algo.get_or_init(|| a))
     }
 
-    fn kernel_for(&self, dtype: DataType) -> Result<&Kernel> {
-        self.builtin_kernel(&self.coll.kernels[dtype as usize], dtype.kernel())
+    /// The launch geometry's backend: CUDA's on CUDA, and on the emulator when
+    /// [`CommOptions::emu_cuda_geometry`](super::CommOptions::emu_cuda_geometry) asks for it.
+    fn geometry_kind(&self) -> BackendKind {
+        if self.options.emu_cuda_geometry {
+            BackendKind::Cuda
+        } else {
+            self.backend_kind()
+        }
     }
 
-    /// Built-in kernel `name`, loaded on first use into `cell`.
-    fn builtin_kernel<'k>(&self, cell: &'k OnceLock<Kernel>, name: &str) -> Result<&'k Kernel> {
+    fn kernel_for(&self, dtype: DataType) -> Result<&Builtin> {
+        let threads = tune::threads(self.nranks, self.geometry_kind());
+        self.builtin_kernel(
+            &self.coll.kernels[dtype as usize],
+            dtype.kernel(),
+            threads,
+            LANE_SLOTS,
+        )
+    }
+
+    /// Built-in kernel `name` for CTAs of `threads` threads, at most `limit` CTAs per launch,
+    /// loaded on first use into `cell`.
+    fn builtin_kernel<'k>(
+        &self,
+        cell: &'k OnceLock<Builtin>,
+        name: &str,
+        threads: u32,
+        limit: u32,
+    ) -> Result<&'k Builtin> {
         if let Some(k) = cell.get() {
             return Ok(k);
         }
-        let k = self.load_kernel(&crate::DEVICE_IMAGE, name)?;
-        Ok(cell.get_or_init(|| k))
+        let kernel = self.load_kernel(&crate::DEVICE_IMAGE, name)?;
+        let share = self.co_resident_share(&kernel, threads, 0)?;
+        Ok(cell.get_or_init(|| Builtin {
+            kernel,
+            threads,
+            max_ctas: share.min(limit),
+        }))
     }
 
     /// The checks every call makes of its stream and of the communicator's topology.
@@ -670,7 +708,7 @@ impl Communicator {
         let kind = algo.kind_code(coll).ok_or_else(|| {
             Error::Unsupported(format!("{} has no {} algorithm", coll.name(), algo.name()))
         })?;
-        let kernel = self.kernel_for(dtype)?;
+        let builtin = self.kernel_for(dtype)?;
         let dev = self.device_handle()?;
         let issued = match (send.window, recv.window) {
             (Some((sw, soff, _)), Some((rw, roff, _))) => {
@@ -689,9 +727,9 @@ impl Communicator {
                     src: sw,
                     dst: rw,
                 };
-                self.launch_coll(kernel, stream, &dev, &args, msg_bytes, coll)
+                self.launch_coll(builtin, stream, &dev, &args, msg_bytes, coll)
             }
-            _ => self.staged(&call, &lane, kind, kernel, stream, &dev),
+            _ => self.staged(&call, &lane, kind, builtin, stream, &dev),
         };
         self.track(&lane, stream);
         issued
@@ -733,7 +771,7 @@ impl Communicator {
 
     fn launch_coll(
         &self,
-        kernel: &Kernel,
+        builtin: &Builtin,
         stream: &Stream,
         dev: &symcomm_device::abi::DevComm,
         args: &CollArgs,
@@ -744,15 +782,22 @@ impl Communicator {
             coll,
             msg_bytes,
             self.nranks,
-            self.backend_kind(),
-            LANE_SLOTS,
+            self.geometry_kind(),
+            builtin.max_ctas,
         );
+        debug_assert_eq!(block, builtin.threads);
         let kargs = KernelArgs::new().arg(dev).arg(args);
         // SAFETY: the built-in kernel takes (DevComm, CollArgs) by value; the windows named in
         // `args` belong to this communicator (validated) or to its lane, and live until the
         // communicator drops — the caller keeps user windows alive until the stream has run
         // the call (they are borrowed for the call's duration and documented so).
-        unsafe { stream.launch(kernel, LaunchConfig::linear(grid, block), &kargs) }
+        unsafe {
+            stream.launch(
+                &builtin.kernel,
+                LaunchConfig::linear(grid, block),
+                &kargs,
+            )
+        }
     }
 
     /// The staged path: chunks of at most what the staging windows hold, each copied in, run,
@@ -762,7 +807,7 @@ impl Communicator {
         call: &Call<'_>,
         lane: &Lane,
         kind: u32,
-        kernel: &Kernel,
+        kernel: &Builtin,
         stream: &Stream,
         dev: &symcomm_device::abi::DevComm,
     ) -> Result<()> {
@@ -1136,7 +1181,27 @@ impl Communicator {
             return Ok(());
         }
         let lane = self.lane(stream)?;
-        let kernel = self.builtin_kernel(&self.coll.p2p_kernel, "symcomm_sendrecv")?;
+        let threads = match self.geometry_kind() {
+            BackendKind::Emu => tune::EMU_THREADS,
+            BackendKind::Cuda => tune::CUDA_THREADS,
+        };
+        let kernel = self.builtin_kernel(
+            &self.coll.p2p_kernel,
+            "symcomm_sendrecv",
+            threads,
+            SYMCOMM_P2P_MAX_OPS,
+        )?;
+        if group.ops.len() as u32 > kernel.max_ctas {
+            return Err(Error::InvalidArgument(format!(
+                "a send/recv group of {} operations runs one CTA per operation, and every CTA \
+                 must be resident with its peer's: this rank's share of its GPU is {} CTAs of \
+                 {threads} threads ({} ranks of this communicator share the GPU); split the \
+                 group",
+                group.ops.len(),
+                kernel.max_ctas,
+                self.gpu_ranks
+            )));
+        }
         let mut args = P2pArgs {
             stage: WindowHandleRaw {
                 base: lane.stage_in.base(),
@@ -1150,19 +1215,14 @@ impl Communicator {
             ops: [P2pOp::default(); SYMCOMM_P2P_MAX_OPS as usize],
         };
         args.ops[..group.ops.len()].copy_from_slice(&group.ops);
-        let block = if matches!(self.backend, Backend::Emu) {
-            64
-        } else {
-            512
-        };
         let kargs = KernelArgs::new().arg(&self.device_handle()?).arg(&args);
         // SAFETY: `symcomm_sendrecv(DevComm, P2pArgs)` by value; the staging window lives as
         // long as the communicator; the user buffers were borrowed for this call and must stay
         // valid until the stream has run it (the BufferRef contract).
         let issued = unsafe {
             stream.launch(
-                kernel,
-                LaunchConfig::linear(group.ops.len() as u32, block),
+                &kernel.kernel,
+                LaunchConfig::linear(group.ops.len() as u32, kernel.threads),
                 &kargs,
             )
         };

@@ -48,7 +48,7 @@ use symcomm_device::image::DeviceImage;
 use crate::backend::{Backend, cuda};
 use crate::bootstrap::{self, BootstrapConfig, LocalTeam, RankInfo, UniqueId};
 use crate::config::raw_value;
-use crate::stream::{Kernel, Stream};
+use crate::stream::{Kernel, KernelArgs, LaunchConfig, Stream};
 use crate::{Error, Result};
 
 pub use coll::{BufferRef, DataType, P2pGroup, RedOp};
@@ -165,6 +165,12 @@ pub struct CommOptions {
     /// Silence after which a rank is lost (`SYMCOMM_PEER_TIMEOUT`). A rank whose process dies is
     /// detected at once (its connection closes); this bounds hangs and partitions.
     pub peer_timeout: Duration,
+    /// On the emulator, launch the built-in kernels with the CUDA launch geometry (CTAs of 512
+    /// threads, as many as the co-residency budget allows) instead of the emulator's small one,
+    /// so the partitioning, barrier-index and vector paths of GPU-sized grids run on the CPU
+    /// under the emulator's residency scheduler (`SYMCOMM_EMU_GEOMETRY=cuda`; slower). No effect
+    /// on CUDA.
+    pub emu_cuda_geometry: bool,
 }
 
 impl Default for CommOptions {
@@ -173,6 +179,7 @@ impl Default for CommOptions {
             device_timeout: DEFAULT_DEVICE_TIMEOUT,
             heartbeat: DEFAULT_HEARTBEAT,
             peer_timeout: DEFAULT_PEER_TIMEOUT,
+            emu_cuda_geometry: false,
         }
     }
 }
@@ -196,6 +203,17 @@ impl CommOptions {
         get("SYMCOMM_TIMEOUT", &mut o.device_timeout)?;
         get("SYMCOMM_HEARTBEAT", &mut o.heartbeat)?;
         get("SYMCOMM_PEER_TIMEOUT", &mut o.peer_timeout)?;
+        if let Some(v) = raw_value("SYMCOMM_EMU_GEOMETRY") {
+            o.emu_cuda_geometry = match v.as_str() {
+                "cuda" => true,
+                "emu" => false,
+                _ => {
+                    return Err(Error::InvalidArgument(format!(
+                        "SYMCOMM_EMU_GEOMETRY={v}: expected `cuda` or `emu`"
+                    )));
+                }
+            };
+        }
         o.validate()?;
         Ok(o)
     }
@@ -244,6 +262,10 @@ pub struct Communicator {
     local: LocalTeam,
     options: CommOptions,
     op_timeout: Duration,
+    /// Ranks of this communicator on this rank's GPU, itself included (by GPU UUID; on the
+    /// emulator every rank of the host shares emulated GPU 0): the co-residency budget of each
+    /// GPU is divided among them.
+    gpu_ranks: u32,
     coll: coll::CollState,
     signals: Option<FlatMapping>,
     links: Option<LocalLinks>,
@@ -354,6 +376,7 @@ impl Communicator {
             local,
             options: options.clone(),
             op_timeout: config.timeout,
+            gpu_ranks: 1,
             coll: coll::CollState::default(),
             signals: None,
             links: None,
@@ -478,6 +501,79 @@ impl Communicator {
         Kernel::load(&self.backend, image, name)
     }
 
+    /// Ranks of this communicator on this rank's GPU, itself included (the emulator counts the
+    /// host's ranks, which share emulated GPU 0). Each GPU's co-residency budget is divided
+    /// among them.
+    pub fn gpu_ranks(&self) -> u32 {
+        self.gpu_ranks
+    }
+
+    /// CTAs of `kernel` (`threads` threads, `shared_bytes` of dynamic shared memory) that one
+    /// co-resident launch of this rank may use: the CTAs its GPU holds at once
+    /// ([`Kernel::resident_ctas`]) divided among the [`Self::gpu_ranks`] ranks on it and
+    /// [`MAX_STREAMS`](crate::comm::MAX_STREAMS) lanes each. The built-in collectives cap every
+    /// launch to it; [`Self::launch`] refuses co-resident launches beyond it. The guarantee holds
+    /// while each rank keeps at most that many co-resident kernels (its collective lanes and its
+    /// own) in flight at once, and nothing else fills the GPU.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] when not even one CTA per lane fits (too many ranks on one GPU for
+    /// this kernel's size); as [`Kernel::occupancy`].
+    pub fn co_resident_share(&self, kernel: &Kernel, threads: u32, shared_bytes: u32) -> Result<u32> {
+        let resident = kernel.resident_ctas(threads, shared_bytes)?;
+        let lanes = coll::MAX_STREAMS as u32;
+        let share = crate::residency::share(resident, self.gpu_ranks, lanes);
+        if share == 0 {
+            return Err(Error::Unsupported(format!(
+                "kernel {} with CTAs of {threads} threads: the GPU holds {resident} at once, \
+                 fewer than the {} ranks sharing it x {lanes} lanes; use fewer ranks per GPU \
+                 (or smaller CTAs)",
+                kernel.name(),
+                self.gpu_ranks
+            )));
+        }
+        Ok(share)
+    }
+
+    /// Launches `kernel` on `stream` as [`Stream::launch`] does, and for a co-resident launch
+    /// ([`LaunchConfig::co_resident`], what grid-scope code whose CTAs wait for one another or
+    /// for peers' CTAs needs) first checks the grid against this rank's share of its GPU
+    /// ([`Self::co_resident_share`]): a grid beyond it could leave CTAs that never become
+    /// resident while their peers wait for them, so it is refused with the budget named.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a co-resident grid beyond the share, a stream of another
+    /// backend; as [`Stream::launch`] and [`Self::co_resident_share`].
+    ///
+    /// # Safety
+    /// As [`Stream::launch`].
+    pub unsafe fn launch(
+        &self,
+        stream: &Stream,
+        kernel: &Kernel,
+        config: LaunchConfig,
+        args: &KernelArgs,
+    ) -> Result<()> {
+        if stream.is_emu() != matches!(self.backend, Backend::Emu) {
+            return Err(Error::InvalidArgument(format!(
+                "launch of {}: the stream belongs to another backend than this communicator ({})",
+                kernel.name(),
+                self.backend.name()
+            )));
+        }
+        if config.co_resident {
+            let share = self.co_resident_share(kernel, config.threads(), config.shared_bytes)?;
+            let whose = format!(
+                "this rank's share of its GPU ({} ranks of the communicator on it, {} lanes each) is",
+                self.gpu_ranks,
+                coll::MAX_STREAMS
+            );
+            crate::stream::check_co_resident(kernel, &config, share, &whose)?;
+        }
+        // SAFETY: forwarded from this function's contract.
+        unsafe { stream.launch(kernel, config, args) }
+    }
+
     /// A host-side barrier over the control plane (not stream-ordered). Collective.
     ///
     /// # Errors
@@ -549,7 +645,7 @@ impl Communicator {
 
     /// Every rank of the team uses the same kind of device, and on CUDA every GPU can reach
     /// every other rank's GPU (peer access); both checked on every rank, failing them all.
-    fn check_devices(&self) -> Result<()> {
+    fn check_devices(&mut self) -> Result<()> {
         let uuid = match &self.backend {
             Backend::Emu => None,
             Backend::Cuda(d) => Some(cuda::gpu_uuid(d.ordinal()).unwrap_or([0; 16])),
@@ -559,6 +655,15 @@ impl Communicator {
         let all = self
             .control
             .all_gather(TAG_DEVICES, "comparing devices", &mine)?;
+        // Ranks of the local team on the same device as this one (all the same kind here, or
+        // the check below fails).
+        self.gpu_ranks = self
+            .local
+            .ranks()
+            .iter()
+            .filter(|&&r| all.get(r as usize) == Some(&mine))
+            .count()
+            .max(1) as u32;
         let kind = |d: &[u8]| {
             if d.first() == Some(&1) {
                 "a CUDA GPU"

@@ -193,6 +193,11 @@ typedef struct ErrorRecord {
     uint64_t time_ns;
 } ErrorRecord;
 
+/** Most threads per CTA of the built-in kernels `symcomm_collective_<dtype>` and
+ *  `symcomm_sendrecv` (their `__launch_bounds__`, so ptxas keeps their registers within what one
+ *  CTA of this size may use on every SM); the host launches CTAs of this size on GPUs. */
+#define SYMCOMM_BUILTIN_THREADS 512u
+
 /**
  * Arguments of the built-in collective kernel `symcomm_collective` (one launch = one collective
  * per scope unit). Counts and offsets are in elements. Buffers are symmetric windows: `src`

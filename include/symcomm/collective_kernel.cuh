@@ -4,7 +4,7 @@
 // index + b). Host collectives launch it; the tests drive every dtype, op, kind and scope
 // through it on the emulator and on GPUs.
 //
-// Launch: any grid and block size (blocks of at least nranks threads for in-place all-to-all);
+// Launch: any grid, blocks of at most SYMCOMM_BUILTIN_THREADS threads (at least nranks for in-place all-to-all);
 // every rank launches the same configuration with the same CollArgs except its own windows.
 // Errors (Timeout, Aborted, Mismatch, InvalidArgument) land in the rank's ErrorRecord.
 #pragma once
@@ -98,6 +98,9 @@ SYMCOMM_DEVICE void collective(const DevComm& comm, const CollArgs& args) {
 }  // namespace
 
 /// `symcomm_collective_<dtype>(DevComm comm, CollArgs args)`: the collective `args` on elements
-/// of `<dtype>` (args.dtype must match).
-#define SYMCOMM_COLLECTIVE_KERNEL(suffix, T) \
-    extern "C" __global__ void symcomm_collective_##suffix(DevComm comm, CollArgs args) { collective<T>(comm, args); }
+/// of `<dtype>` (args.dtype must match). At most SYMCOMM_BUILTIN_THREADS threads per CTA.
+#define SYMCOMM_COLLECTIVE_KERNEL(suffix, T)                                                        \
+    extern "C" __global__ void __launch_bounds__(SYMCOMM_BUILTIN_THREADS, 1)                       \
+        symcomm_collective_##suffix(DevComm comm, CollArgs args) {                                 \
+        collective<T>(comm, args);                                                                 \
+    }
