@@ -61,7 +61,11 @@ pub(crate) fn sm90_occupancy(registers: u32, threads: u32, shared_bytes: u32) ->
 /// image was built without nvcc): [`sm90_occupancy`], or 1 CTA per SM when there is no report —
 /// the most conservative figure, so that code tested on the emulator never relies on more
 /// co-residency than a GPU gives.
-pub(crate) fn emu_occupancy(report: Option<&KernelReport>, threads: u32, dynamic_shared: u32) -> u32 {
+pub(crate) fn emu_occupancy(
+    report: Option<&KernelReport>,
+    threads: u32,
+    dynamic_shared: u32,
+) -> u32 {
     match report {
         Some(r) => sm90_occupancy(
             r.registers,

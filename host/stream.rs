@@ -302,11 +302,15 @@ impl Kernel {
     /// `SYMCOMM_EMU_SMS` / `SYMCOMM_EMU_CTAS_PER_SM`.
     pub fn occupancy(&self, threads: u32, shared_bytes: u32) -> Result<u32> {
         match &self.code {
-            KernelCode::Cuda(module) => module.function(self.name)?.occupancy(threads, shared_bytes),
+            KernelCode::Cuda(module) => {
+                module.function(self.name)?.occupancy(threads, shared_bytes)
+            }
             KernelCode::Emu(k) => {
                 let gpu = symcomm_device::emu::query_gpu(EMU_GPU)?;
-                Ok(crate::residency::emu_occupancy(k.report, threads, shared_bytes)
-                    .min(gpu.ctas_per_sm))
+                Ok(
+                    crate::residency::emu_occupancy(k.report, threads, shared_bytes)
+                        .min(gpu.ctas_per_sm),
+                )
             }
         }
     }

@@ -23,6 +23,7 @@ mod support;
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -38,6 +39,16 @@ const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 /// Runs `body(comm)` on `nranks` ranks as threads of one communicator (emulator); returns each
 /// rank's result in rank order.
 fn with_ranks<T: Send>(nranks: u32, body: impl Fn(&Communicator) -> T + Sync) -> Vec<T> {
+    let options = CommOptions::default().with_device_timeout(Duration::from_secs(30));
+    with_ranks_using(nranks, &options, body)
+}
+
+/// [`with_ranks`] with communicator options `options`.
+fn with_ranks_using<T: Send>(
+    nranks: u32,
+    options: &CommOptions,
+    body: impl Fn(&Communicator) -> T + Sync,
+) -> Vec<T> {
     let id = UniqueId::new_on(LOOPBACK).unwrap();
     thread::scope(|s| {
         let handles: Vec<_> = (0..nranks)
@@ -47,9 +58,7 @@ fn with_ranks<T: Send>(nranks: u32, body: impl Fn(&Communicator) -> T + Sync) ->
                     let c = BootstrapConfig::new(id.clone(), r, nranks)
                         .with_timeout(Duration::from_secs(60))
                         .with_host_id("coll-test");
-                    let options =
-                        CommOptions::default().with_device_timeout(Duration::from_secs(30));
-                    let comm = Communicator::init_with(&c, Device::Emu, &options)
+                    let comm = Communicator::init_with(&c, Device::Emu, options)
                         .unwrap_or_else(|e| panic!("rank {r}: init: {e}"));
                     body(&comm)
                 })
@@ -559,6 +568,13 @@ fn group(n: u32) {
     let seed = seed();
     let mut rng = Rng(seed ^ (u64::from(n) << 32));
     let cases = select_cases(n, &mut rng);
+    let options = CommOptions::default().with_device_timeout(Duration::from_secs(30));
+    run_group(n, "", &cases, &options, true);
+}
+
+/// Runs `cases` on a communicator of `n` ranks made with `options` (`what` labels the group's
+/// line), checking the algorithm choice too when `algorithms`.
+fn run_group(n: u32, what: &str, cases: &[Case], options: &CommOptions, algorithms: bool) {
     let cap = cases
         .iter()
         .flat_map(|c| {
@@ -584,12 +600,16 @@ fn group(n: u32) {
         })
         .count();
     let t = Instant::now();
-    let per_rank = with_ranks(n, |comm| {
-        let algo = check_algorithms(comm);
+    let per_rank = with_ranks_using(n, options, |comm| {
+        let algo = if algorithms {
+            check_algorithms(comm)
+        } else {
+            Vec::new()
+        };
         let stream = comm.create_stream().unwrap();
         let mem = Mem::new(comm, cap);
         let mut outs = Vec::with_capacity(cases.len());
-        for c in &cases {
+        for c in cases {
             let o = run_case(comm, &stream, &mem, c);
             let stop = o.error;
             outs.push(o);
@@ -621,8 +641,8 @@ fn group(n: u32) {
         }
     }
     println!(
-        "nranks={n}: {run} of {} cases ({two_shot} all-reduces of two-shot size), #wrong {wrong}, \
-         #clobbered {clobbered}, {secs:.1} s (buffers of {cap} bytes)",
+        "nranks={n}{what}: {run} of {} cases ({two_shot} all-reduces of two-shot size), #wrong \
+         {wrong}, #clobbered {clobbered}, {secs:.1} s (buffers of {cap} bytes)",
         cases.len()
     );
     for f in failures.iter().take(40) {
@@ -630,7 +650,7 @@ fn group(n: u32) {
     }
     assert!(
         failures.is_empty() && run == cases.len(),
-        "nranks={n}: {} failures (first: {}), {run} of {} cases run",
+        "nranks={n}{what}: {} failures (first: {}), {run} of {} cases run",
         failures.len(),
         failures.first().map_or("", String::as_str),
         cases.len()
@@ -665,6 +685,112 @@ fn ranks_5() {
 #[test]
 fn ranks_8() {
     group(8);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The CUDA launch geometry under the emulator's residency scheduler.
+
+/// Held by the tests that fill the emulated GPU with CUDA-sized grids: each communicator counts
+/// on its ranks' share of the GPU, so two of them at once could overcommit it (the small grids
+/// of the other tests take a few SMs only).
+static FILLS_GPU: Mutex<()> = Mutex::new(());
+
+/// Every collective with the launch geometry of a GPU (CTAs of 512 threads, as many as the
+/// co-residency budget gives each rank: 132 SMs x 1 CTA / (n ranks x 2 lanes)) on an H200-like
+/// emulated GPU: counts of one element and counts that want more CTAs than the budget, so every
+/// launch is capped, through windows and the staging path. Before launches were capped to the
+/// budget, 4 and 8 ranks needed more resident CTAs than the GPU holds and timed out.
+fn cuda_geometry(n: u32) {
+    let _serial = FILLS_GPU
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let options = CommOptions::default()
+        .with_device_timeout(Duration::from_secs(60))
+        .with_emu_cuda_geometry(true);
+    let share = with_ranks_using(n, &options, |comm| {
+        let k = comm
+            .load_kernel(&symcomm::DEVICE_IMAGE, "symcomm_collective_f32")
+            .unwrap();
+        comm.co_resident_share(&k, tune::CUDA_THREADS, 0).unwrap()
+    })[0];
+    let cap = share.min(symcomm::comm::coll::LANE_SLOTS);
+    let mut rng = Rng(seed() ^ (u64::from(n) << 40));
+    let f32t = DTYPES[0];
+    let bf16 = *DTYPES.iter().find(|d| d.name == "bf16").unwrap();
+    let mut cases = Vec::new();
+    for coll in COLLS {
+        let (sb, rb) = layout(coll, n as usize);
+        for (dt, op, big) in [
+            (f32t, 0, false),
+            (f32t, 0, true),
+            (bf16, 3, is_reduction(coll)),
+        ] {
+            if dt.name == "bf16" && !is_reduction(coll) {
+                continue;
+            }
+            // Elements whose bytes ask for 3 x cap + 2 CTAs of tune::PIECE_BYTES each (at most a
+            // lane's barrier indices): uncapped, n - 1 ranks' grids would fill the GPU (cap is
+            // about 132 / 2n) and leave the last rank's CTAs no room, so that no CTA index
+            // would be resident on every rank.
+            let per_elem = (dt.size * sb.max(rb)) as u64
+                / if coll == Collective::Scatter {
+                    u64::from(n)
+                } else {
+                    1
+                };
+            let pieces = (3 * u64::from(cap) + 2).min(u64::from(symcomm::comm::coll::LANE_SLOTS));
+            let count = if big {
+                (pieces * tune::PIECE_BYTES).div_ceil(per_elem) as usize + 3
+            } else {
+                1
+            };
+            if big {
+                let bytes = (count * dt.size * sb.max(rb)) as u64;
+                let (ctas, threads) = tune::geometry(coll, bytes, n, BackendKind::Cuda, cap);
+                assert_eq!((ctas, threads), (cap, tune::CUDA_THREADS), "{coll:?}");
+            }
+            let in_place = rng.next() % 2 == 0;
+            cases.push(Case {
+                coll,
+                dt,
+                op,
+                count,
+                in_place,
+                place: if big && rng.next() % 3 == 0 {
+                    Place::Buffers
+                } else {
+                    Place::Windows
+                },
+                root: rng.pick(&[0, n - 1]),
+                soff: rng.pick(&OFFSETS),
+                doff: rng.pick(&OFFSETS),
+                whole: false,
+                salt: rng.next(),
+            });
+        }
+    }
+    run_group(
+        n,
+        &format!(" (CUDA geometry, {cap} CTAs per launch)"),
+        &cases,
+        &options,
+        false,
+    );
+}
+
+#[test]
+fn cuda_geometry_ranks_2() {
+    cuda_geometry(2);
+}
+
+#[test]
+fn cuda_geometry_ranks_4() {
+    cuda_geometry(4);
+}
+
+#[test]
+fn cuda_geometry_ranks_8() {
+    cuda_geometry(8);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -291,7 +291,14 @@ fn run(team: &GpuTeam, l: &Launch<'_>) -> Result<(Vec<[u32; 3]>, Duration), Stri
         // address in them belongs to `team` or `l.results`, which outlive the wait below (`wait`
         // exits the process rather than return while a kernel may still run).
         unsafe {
-            l.streams[rank as usize].launch(l.func, [1, 1, 1], [l.threads, 1, 1], 0, false, &mut args)
+            l.streams[rank as usize].launch(
+                l.func,
+                [1, 1, 1],
+                [l.threads, 1, 1],
+                0,
+                false,
+                &mut args,
+            )
         }
         .map_err(err)?;
     }

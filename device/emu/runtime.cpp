@@ -617,12 +617,15 @@ void release_cta(Cta& c) {
 // uninstrumented spin lock and waiters sleep on a futex (raw system calls TSan does not see).
 
 constexpr unsigned kMaxCtasPerSm = 64;
+/// Units of room per SM. A CTA of a kernel with occupancy k takes kSmUnits / k of them, so that
+/// exactly k such CTAs fit (kSmUnits > k * (k + 1) for every k <= kMaxCtasPerSm).
+constexpr unsigned kSmUnits = 1u << 20;
 
 struct Gpu {
     int lock;                   // spin lock (uninstrumented atomics)
     uint32_t changes;           // futex word: bumped whenever room or the queue head changes
     unsigned sms;               // 0 until configured (explicitly, or from the environment on first use)
-    unsigned per_sm;            // units per SM
+    unsigned per_sm;            // most CTAs per SM (of a kernel whose occupancy is at least that)
     unsigned free_units[SYMCOMM_EMU_MAX_SMS];
     uint64_t next_ticket;       // tickets handed out: one per CTA, launch by launch
     uint64_t serving;           // the ticket whose CTA is admitted next
@@ -663,14 +666,14 @@ SYMCOMM_EMU_UNINSTRUMENTED bool gpu_ensure(Gpu& g, char* err, size_t err_len, in
         return false;
     g.sms = sms;
     g.per_sm = per_sm;
-    for (unsigned i = 0; i < sms; ++i) g.free_units[i] = per_sm;
+    for (unsigned i = 0; i < sms; ++i) g.free_units[i] = kSmUnits;
     return true;
 }
 
 /// Units one CTA of a kernel with `occupancy` CTAs per SM takes on `g`.
 SYMCOMM_EMU_UNINSTRUMENTED unsigned cta_cost(const Gpu& g, unsigned occupancy) {
     if (occupancy == 0 || occupancy > g.per_sm) occupancy = g.per_sm;
-    return g.per_sm / occupancy;
+    return kSmUnits / occupancy;
 }
 
 /// Blocks until the CTA holding `ticket` is at the head of the queue and an SM has `cost` free
@@ -680,10 +683,12 @@ SYMCOMM_EMU_UNINSTRUMENTED unsigned gpu_admit(Gpu& g, uint64_t ticket, unsigned 
     for (;;) {
         gpu_lock(g);
         if (g.serving == ticket) {
+            // Best fit: the fullest SM with room, so that small CTAs pack together and leave
+            // whole SMs to large ones (the emulator does not model fragmentation).
             unsigned best = kNone;
             if (!cancel)
                 for (unsigned i = 0; i < g.sms; ++i)
-                    if (g.free_units[i] >= cost && (best == kNone || g.free_units[i] > g.free_units[best])) best = i;
+                    if (g.free_units[i] >= cost && (best == kNone || g.free_units[i] < g.free_units[best])) best = i;
             if (cancel || best != kNone) {
                 if (!cancel) {
                     g.free_units[best] -= cost;
@@ -929,7 +934,7 @@ int symcomm_emu_gpu_configure(uint32_t gpu, uint32_t sms, uint32_t ctas_per_sm, 
     }
     g.sms = sms;
     g.per_sm = ctas_per_sm;
-    for (unsigned i = 0; i < sms; ++i) g.free_units[i] = ctas_per_sm;
+    for (unsigned i = 0; i < sms; ++i) g.free_units[i] = kSmUnits;
     gpu_unlock(g);
     return SYMCOMM_EMU_OK;
 }

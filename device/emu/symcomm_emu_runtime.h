@@ -56,9 +56,10 @@ typedef void (*symcomm_emu_entry)(void** args);
 /// Residency. Like a GPU, an emulated GPU holds only so many CTAs at once: `sms` SMs, each with
 /// room for `ctas_per_sm` CTAs of the smallest kind. A CTA of a kernel whose occupancy is k CTAs
 /// per SM (what cuOccupancyMaxActiveBlocksPerMultiprocessor says for its block size, registers
-/// and shared memory) takes floor(ctas_per_sm / k) of its SM's `ctas_per_sm` units. CTAs are
+/// and shared memory) takes 1/min(k, ctas_per_sm) of its SM's room. CTAs are
 /// admitted strictly in launch order (launch by launch, CTA by CTA in blockIdx order, over every
-/// launch on that GPU from any host thread), each on the SM with the most free units, and leave
+/// launch on that GPU from any host thread), each on the fullest SM with room (best fit: the
+/// emulator does not model fragmentation by mixed kernels), and leave
 /// only when they return — so a kernel whose CTAs wait for CTAs that cannot be resident at the
 /// same time (another rank's, or its own later ones) waits as it would on the GPU, and the device
 /// library's bounded waits turn that into a Timeout instead of a hang.

@@ -96,7 +96,8 @@ fn message(err: &[c_char]) -> String {
 pub fn configure_gpu(gpu: u32, sms: u32, ctas_per_sm: u32) -> Result<(), Error> {
     let mut err = [0 as c_char; 256];
     // SAFETY: `err` is writable for its length; the call reads nothing else.
-    let rc = unsafe { symcomm_emu_gpu_configure(gpu, sms, ctas_per_sm, err.as_mut_ptr(), err.len()) };
+    let rc =
+        unsafe { symcomm_emu_gpu_configure(gpu, sms, ctas_per_sm, err.as_mut_ptr(), err.len()) };
     if rc == 0 {
         Ok(())
     } else {

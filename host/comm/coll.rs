@@ -791,13 +791,7 @@ impl Communicator {
         // `args` belong to this communicator (validated) or to its lane, and live until the
         // communicator drops — the caller keeps user windows alive until the stream has run
         // the call (they are borrowed for the call's duration and documented so).
-        unsafe {
-            stream.launch(
-                &builtin.kernel,
-                LaunchConfig::linear(grid, block),
-                &kargs,
-            )
-        }
+        unsafe { stream.launch(&builtin.kernel, LaunchConfig::linear(grid, block), &kargs) }
     }
 
     /// The staged path: chunks of at most what the staging windows hold, each copied in, run,

@@ -224,6 +224,13 @@ impl CommOptions {
         self
     }
 
+    /// Sets [`CommOptions::emu_cuda_geometry`].
+    #[must_use]
+    pub fn with_emu_cuda_geometry(mut self, on: bool) -> Self {
+        self.emu_cuda_geometry = on;
+        self
+    }
+
     /// Sets the heartbeat interval and the peer timeout.
     pub fn with_liveness(mut self, heartbeat: Duration, peer_timeout: Duration) -> Self {
         self.heartbeat = heartbeat;
@@ -519,7 +526,12 @@ impl Communicator {
     /// # Errors
     /// [`Error::Unsupported`] when not even one CTA per lane fits (too many ranks on one GPU for
     /// this kernel's size); as [`Kernel::occupancy`].
-    pub fn co_resident_share(&self, kernel: &Kernel, threads: u32, shared_bytes: u32) -> Result<u32> {
+    pub fn co_resident_share(
+        &self,
+        kernel: &Kernel,
+        threads: u32,
+        shared_bytes: u32,
+    ) -> Result<u32> {
         let resident = kernel.resident_ctas(threads, shared_bytes)?;
         let lanes = coll::MAX_STREAMS as u32;
         let share = crate::residency::share(resident, self.gpu_ranks, lanes);
