@@ -1,0 +1,157 @@
+//! Co-residency on the emulator: its residency scheduler (an H200-like emulated GPU: 132 SMs,
+//! CTAs admitted in launch order against each SM's room, freed only when they return) makes a
+//! launch that needs more co-resident CTAs than the GPU holds fail as it would on the GPU, and
+//! the host's co-residency budget keeps symcomm's own launches and users' co-resident launches
+//! within it.
+//!
+//! The tests fill the emulated GPU of this process, so they run one at a time (`SERIAL`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Mutex;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use symcomm::bootstrap::BootstrapConfig;
+use symcomm::tune;
+use symcomm::{CommOptions, Communicator, Device, Error, KernelArgs, LaunchConfig, UniqueId};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Runs `body(comm)` on `nranks` ranks as threads (emulator, device timeout `timeout`).
+fn with_ranks<T: Send>(
+    nranks: u32,
+    timeout: Duration,
+    body: impl Fn(&Communicator) -> T + Sync,
+) -> Vec<T> {
+    let id = UniqueId::new_on(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+    thread::scope(|s| {
+        let handles: Vec<_> = (0..nranks)
+            .map(|r| {
+                let (id, body) = (&id, &body);
+                s.spawn(move || {
+                    let c = BootstrapConfig::new(id.clone(), r, nranks)
+                        .with_timeout(Duration::from_secs(60))
+                        .with_host_id("residency-test");
+                    let options = CommOptions::default().with_device_timeout(timeout);
+                    let comm = Communicator::init_with(&c, Device::Emu, &options)
+                        .unwrap_or_else(|e| panic!("rank {r}: init: {e}"));
+                    body(&comm)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// The emulated GPU: H200-like by default, and its configuration refused while in use.
+#[test]
+fn emulated_gpu_defaults_and_configuration() {
+    let _s = serial();
+    let g = symcomm_device::emu::query_gpu(0).unwrap();
+    assert_eq!((g.sms, g.ctas_per_sm), (132, 32), "{g:?}");
+    // Another GPU of the process can be configured while idle, and reports it.
+    symcomm_device::emu::configure_gpu(9, 4, 2).unwrap();
+    let g9 = symcomm_device::emu::query_gpu(9).unwrap();
+    assert_eq!((g9.sms, g9.ctas_per_sm, g9.resident), (4, 2, 0));
+    for (gpu, sms, per_sm) in [(64, 1, 1), (0, 0, 1), (0, 1025, 1), (0, 1, 0), (0, 1, 65)] {
+        let e = symcomm_device::emu::configure_gpu(gpu, sms, per_sm).unwrap_err();
+        assert!(e.to_string().contains("emulated GPU"), "{e}");
+    }
+    assert!(symcomm_device::emu::query_gpu(64).is_err());
+}
+
+/// What the budget is on the H200-like emulated GPU: the built-in collective kernels take a
+/// whole SM per CTA of 512 threads (more than 64 registers per thread), so the share of each
+/// (rank, lane) is 132 / (ranks x 2).
+#[test]
+fn shares_on_an_h200_like_gpu() {
+    let _s = serial();
+    for (n, want) in [(1u32, 66u32), (2, 33), (4, 16), (8, 8)] {
+        let got = with_ranks(n, Duration::from_secs(30), |comm| {
+            assert_eq!(comm.gpu_ranks(), n);
+            let k = comm
+                .load_kernel(&symcomm::DEVICE_IMAGE, "symcomm_collective_f32")
+                .unwrap();
+            assert_eq!(k.occupancy(tune::CUDA_THREADS, 0).unwrap(), 1);
+            assert_eq!(k.resident_ctas(tune::CUDA_THREADS, 0).unwrap(), 132);
+            comm.co_resident_share(&k, tune::CUDA_THREADS, 0).unwrap()
+        });
+        assert!(got.iter().all(|&s| s == want), "n={n}: {got:?}");
+    }
+}
+
+/// A planted launch that cannot be co-resident: 4 ranks each launch the built-in all-reduce
+/// with 64 CTAs of 512 threads, uncapped (straight on the stream). 3 ranks' grids fill the 132
+/// SMs, so no CTA index is resident on every rank: every resident CTA waits for a peer that can
+/// never be admitted, and the bounded waits report a Timeout on every rank instead of hanging.
+/// The same launch through `Communicator::launch` as a co-resident launch is refused up front,
+/// naming the budget; at the budget it runs.
+#[test]
+fn planted_launch_beyond_the_budget_is_reported() {
+    let _s = serial();
+    const N: u32 = 4;
+    const CTAS: u32 = 64;
+    let timeout = Duration::from_secs(3);
+    let count: u64 = u64::from(CTAS) * 16 * 1024; // 64 KiB of f32 per CTA
+    let results = with_ranks(N, timeout, |comm| {
+        let kernel = comm
+            .load_kernel(&symcomm::DEVICE_IMAGE, "symcomm_collective_f32")
+            .unwrap();
+        let stream = comm.create_stream().unwrap();
+        let src = comm.alloc_window::<f32>(count as usize).unwrap();
+        let dst = comm.alloc_window::<f32>(count as usize).unwrap();
+        let dev = comm.device_handle().unwrap();
+        let args = support::one_shot_sum_f32(src.device_handle().raw(), dst.device_handle().raw(), count);
+        let kargs = KernelArgs::new().arg(&dev).arg(&args);
+        let threads = tune::CUDA_THREADS;
+        let share = comm.co_resident_share(&kernel, threads, 0).unwrap();
+
+        // Refused before anything runs, with the budget named.
+        let big = LaunchConfig::linear(CTAS, threads).co_resident();
+        // SAFETY: (DevComm, CollArgs) by value; the windows outlive the stream's work (it is
+        // synchronized below, before they drop).
+        let refused = unsafe { comm.launch(&stream, &kernel, big, &kargs) }.unwrap_err();
+        let msg = refused.to_string();
+        assert!(
+            matches!(refused, Error::InvalidArgument(_))
+                && msg.contains(&format!("{share} such CTAs")),
+            "{msg}"
+        );
+        // At the budget it runs (every rank the same grid).
+        comm.barrier().unwrap();
+        let fits = LaunchConfig::linear(share, threads).co_resident();
+        // SAFETY: as above.
+        unsafe { comm.launch(&stream, &kernel, fits, &kargs) }.unwrap();
+        stream.synchronize().unwrap();
+        comm.check_error().unwrap();
+
+        // The planted launch: all ranks at once, uncapped.
+        comm.barrier().unwrap();
+        let t = Instant::now();
+        // SAFETY: as above.
+        unsafe { stream.launch(&kernel, LaunchConfig::linear(CTAS, threads), &kargs) }.unwrap();
+        let synced = stream.synchronize();
+        let outcome = synced.and_then(|()| comm.check_error());
+        (outcome, t.elapsed())
+    });
+    for (r, (outcome, took)) in results.iter().enumerate() {
+        match outcome {
+            Err(e) if e.to_string().contains("timeout") => {}
+            other => panic!("rank {r}: expected a timeout, got {other:?}"),
+        }
+        // Bounded: each wait gives up at the timeout, and the CTAs admitted after the first
+        // ones retired give up within a few more.
+        assert!(*took < timeout * 8, "rank {r}: {took:?}");
+    }
+}
