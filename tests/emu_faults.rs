@@ -298,6 +298,45 @@ fn a_rank_that_never_arrives_times_out_every_launched_rank() {
     }
 }
 
+/// Launches queued behind a failed one on the same rank (its stream) fail at once, because the
+/// rank's error record already holds an error: four launches with a missing peer take about one
+/// deadline, not four. The record keeps the first error (Timeout, the missing peer).
+#[test]
+fn launches_queued_behind_a_failed_one_fail_at_once() {
+    let timeout = Duration::from_secs(2);
+    let mut team = canary_team(2, &[37 * 4 * 2, 37 * 4 * 2]);
+    let seq: Vec<Launch> = (0..4u32)
+        .map(|k| Launch {
+            // Each launch on other barrier indices and with another kind, as a real queue would.
+            args: CollArgs {
+                index: 10 * k,
+                ..coll(&mut team, 0, WAIT_KINDS[k as usize], SYMCOMM_DTYPE_F32, 37)
+            },
+            kernel: kernel_of(SYMCOMM_DTYPE_F32),
+            comm: team.dev_comm(0, dur(timeout)),
+            grid: 2,
+            block: 32,
+        })
+        .collect();
+    let (start, end, _) = run_sequences(&[seq], || {}, |_, _| ()).remove(0);
+    let took = end - start;
+    assert!(
+        took >= timeout && took < timeout * 3 / 2,
+        "4 launches behind a missing peer took {took:?} with a {timeout:?} deadline"
+    );
+    let rec = team.error(0);
+    assert_eq!(
+        (rec.status, rec.rank, rec.peer, rec.op),
+        (SYMCOMM_STATUS_TIMEOUT, 0, 1, SYMCOMM_OP_BARRIER),
+        "the first error is kept; record {rec:?}"
+    );
+    assert_eq!(
+        rec.detail >> 32,
+        0,
+        "the first launch's barrier index; record {rec:?}"
+    );
+}
+
 #[test]
 fn raising_the_abort_flag_stops_every_waiting_rank() {
     let raise_after = Duration::from_millis(100);

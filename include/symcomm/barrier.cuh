@@ -56,7 +56,8 @@ SYMCOMM_DEVICE uint32_t fingerprint(uint32_t kind, uint32_t dtype, uint32_t op, 
 /// Returns (the same on every thread of the group) Ok; Mismatch when a peer arrived with another
 /// fingerprint; Timeout when a peer did not arrive within `comm.timeout_ns`; Aborted when the
 /// abort flag was raised; InvalidArgument, touching no signal word, when index >=
-/// SYMCOMM_USER_BARRIER_END. Failures are recorded in the rank's ErrorRecord (op
+/// SYMCOMM_USER_BARRIER_END; at once, the status of an error the rank recorded before (in this
+/// kernel or an earlier one) when a peer has not arrived yet. Failures are recorded in the rank's ErrorRecord (op
 /// SYMCOMM_OP_BARRIER; detail = the barrier index << 32 | the peer's fingerprint on mismatch, the
 /// index << 32 on Timeout / Aborted, the index itself on InvalidArgument).
 template <typename Group>

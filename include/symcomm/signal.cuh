@@ -15,6 +15,8 @@
 // Every wait is bounded, in release builds too: it polls the communicator's abort flag and a
 // deadline (`DevComm::timeout_ns`) and returns a Status instead of spinning forever. A failed wait
 // records the first error of the rank in its ErrorRecord, where the host reads it after the kernel.
+// Once that record holds an error, every later wait of the rank (in this kernel or a later one)
+// returns that error's status at once instead of waiting for its deadline.
 #pragma once
 
 #include <symcomm/group.cuh>
@@ -62,6 +64,14 @@ SYMCOMM_DEVICE void record_error(Thread, const DevComm& comm, Status status, uin
     }
 }
 
+/// The status of this rank's first recorded error (Ok while none was recorded). A relaxed load:
+/// the status is all a wait needs to give up, and the host reads the other fields only after
+/// the kernel finished.
+SYMCOMM_DEVICE Status recorded_error(const DevComm& comm) {
+    const ErrorRecord* rec = reinterpret_cast<const ErrorRecord*>(comm.error);
+    return rec == nullptr ? Status::Ok : Status(ld_relaxed<Scope::Sys>(&rec->status));
+}
+
 /// True once the host (or a peer's failure handling) raised the communicator's abort flag.
 SYMCOMM_DEVICE bool abort_requested(const DevComm& comm) {
     const uint32_t* flag = reinterpret_cast<const uint32_t*>(comm.abort_flag);
@@ -71,10 +81,17 @@ SYMCOMM_DEVICE bool abort_requested(const DevComm& comm) {
 /// Polls the 64-bit word `p` with acquire loads until `done(value)` holds; the bounded wait
 /// under every symcomm wait. Called by one thread. Returns Ok (with `seen` = the value that
 /// satisfied `done`, acquire ordering), or Aborted / Timeout after recording the error with
-/// `peer`, `op` and `detail` in the rank's ErrorRecord.
+/// `peer`, `op` and `detail` in the rank's ErrorRecord, or, when that record already holds an
+/// error (this kernel's or an earlier one's), that error's status at once, recording nothing
+/// (the record keeps the first error): a rank that failed is broken, and kernels queued behind
+/// the failed one must not each wait out a full deadline.
 template <Scope S, typename Done>
 SYMCOMM_DEVICE Status poll_until(Thread t, const DevComm& comm, const uint64_t* p, Done done, uint32_t peer,
                                  uint32_t op, uint64_t detail, uint64_t& seen) {
+    // The abort flag and the error record are host-mapped (a PCIe round trip per read on a GPU),
+    // so they are read on the first miss and then once every kFlagSpins spins, not every spin;
+    // the deadline is checked every spin (the timer is local).
+    constexpr uint32_t kFlagSpins = 64;
 #if SYMCOMM_PLANTED_BUG == 3  // planted bug 3: the wait polls with relaxed loads instead of acquires
     seen = ld_relaxed<S>(p);
 #else
@@ -83,16 +100,20 @@ SYMCOMM_DEVICE Status poll_until(Thread t, const DevComm& comm, const uint64_t* 
     if (done(seen)) return Status::Ok;
     const uint64_t start = globaltimer_ns();
     for (uint32_t spins = 0;; ++spins) {
+        if (spins % kFlagSpins == 0) {
+            if (abort_requested(comm)) {
+                record_error(t, comm, Status::Aborted, peer, op, detail);
+                return Status::Aborted;
+            }
+            const Status first = recorded_error(comm);
+            if (first != Status::Ok) return first;
+        }
 #if SYMCOMM_PLANTED_BUG == 3  // planted bug 3 (as above)
         seen = ld_relaxed<S>(p);
 #else
         seen = ld_acquire<S>(p);
 #endif
         if (done(seen)) return Status::Ok;
-        if (abort_requested(comm)) {
-            record_error(t, comm, Status::Aborted, peer, op, detail);
-            return Status::Aborted;
-        }
         if (globaltimer_ns() - start > comm.timeout_ns) {
             record_error(t, comm, Status::Timeout, peer, op, detail);
             return Status::Timeout;
@@ -169,8 +190,8 @@ SYMCOMM_DEVICE Status signal_add(Thread t, const DevComm& comm, uint32_t peer, u
 
 /// Waits until the signal word `word` that this rank reserves for `peer` holds a value >= `value`.
 /// Called by one thread. Returns Status::Ok with acquire ordering (the peer's writes before its
-/// signal are visible), or Timeout / Aborted after recording the error; never spins forever.
-/// Returns InvalidArgument (recorded: op SYMCOMM_OP_SIGNAL_WAIT, detail `peer << 32 | word`,
+/// signal are visible), or Timeout / Aborted after recording the error, or at once the status of
+/// an error the rank recorded before; never spins forever. Returns InvalidArgument (recorded: op SYMCOMM_OP_SIGNAL_WAIT, detail `peer << 32 | word`,
 /// nothing read) unless peer < comm.nranks and word < SYMCOMM_USER_SIGNAL_END.
 template <Scope S = Scope::Sys>
 SYMCOMM_DEVICE Status signal_wait_until(Thread t, const DevComm& comm, uint32_t peer, uint32_t word,
