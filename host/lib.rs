@@ -18,6 +18,9 @@ pub mod tune;
 
 pub use backend::cuda::DevicePlain;
 pub use bootstrap::UniqueId;
+/// Barrier indices users' kernels may use, `[USER_BARRIER_FIRST, USER_BARRIER_END)`: never touched
+/// by host collectives or send/recv (the `abi.h` constants).
+pub use comm::coll::{USER_BARRIER_END, USER_BARRIER_FIRST};
 pub use comm::{
     BufferRef, CommOptions, Communicator, DataType, Device, P2pGroup, RedOp, Window, WindowHandle,
 };

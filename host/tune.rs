@@ -485,10 +485,10 @@ pub const EMU_MAX_CTAS: u32 = 4;
 /// arguments, so ranks that agree on them launch the same grid (grid-scope collectives need it).
 ///
 /// CTAs: one per [`PIECE_BYTES`] of the bytes a rank moves (`bytes`, the nccl-tests size; for
-/// scatter one block, `bytes / nranks`), at least 1, at most `max_ctas` (the barrier slots the
-/// caller may keep resident: its share of the GPU's co-resident CTAs, within its barrier indices;
-/// 0 counts as 1) and on the emulator at most [`EMU_MAX_CTAS`] — so messages under 64 KiB run on
-/// one CTA. Threads: [`threads`].
+/// scatter one block, `bytes / nranks`), at least 1, at most `max_ctas` (what the caller may
+/// keep resident: its share of the GPU's co-resident CTAs, within its barrier indices; 0 counts
+/// as 1) and on the emulator at most [`EMU_MAX_CTAS`] — so messages under 64 KiB run on one CTA.
+/// Threads: [`threads`].
 pub fn geometry(
     coll: Collective,
     bytes: u64,
@@ -976,7 +976,7 @@ mod tests {
             // max_ctas 0 still gives one CTA.
             assert_eq!(geometry(Collective::AllReduce, 1 << 30, 2, backend, 0).0, 1);
         }
-        // CUDA uses the slots it has for large messages, one CTA for tiny ones.
+        // CUDA uses the barrier indices it has for large messages, one CTA for tiny ones.
         assert_eq!(
             geometry(Collective::AllReduce, 1 << 30, 8, BackendKind::Cuda, 64),
             (64, CUDA_THREADS)

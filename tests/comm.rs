@@ -86,7 +86,7 @@ fn one_to_eight_ranks_init_allocate_and_see_each_others_copies() {
             let dev = comm.device_handle().unwrap();
             assert_eq!((dev.rank, dev.nranks), (comm.rank(), nranks));
             assert_ne!(dev.signal_base, 0);
-            assert!(dev.signal_stride >= u64::from(nranks) * u64::from(SYMCOMM_SIGNAL_SLOTS) * 8);
+            assert!(dev.signal_stride >= u64::from(nranks) * u64::from(SYMCOMM_SIGNAL_WORDS) * 8);
             let count = 1000 + nranks as usize;
             let w = comm.alloc_window::<u32>(count).unwrap();
             assert_eq!(w.len(), count);

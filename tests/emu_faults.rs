@@ -204,13 +204,13 @@ fn kind_name(kind: u32) -> &'static str {
     }
 }
 
-/// The barrier slot recorded in a barrier failure's detail is one of the launch's slots.
+/// The barrier index recorded in a barrier failure's detail is one of the launch's slots.
 fn assert_slot(rec: &ErrorRecord, args: &CollArgs, grid: u32, label: &str) {
     let slot = rec.detail >> 32;
     let first = u64::from(args.index);
     assert!(
         (first..first + u64::from(grid)).contains(&slot),
-        "{label}: rank {}: barrier slot {slot} is not one of the launch's [{first}, {})",
+        "{label}: rank {}: barrier index {slot} is not one of the launch's [{first}, {})",
         rec.rank,
         first + u64::from(grid)
     );
@@ -296,6 +296,45 @@ fn a_rank_that_never_arrives_times_out_every_launched_rank() {
             assert_untouched(&team, 2, 0..nranks, &label);
         }
     }
+}
+
+/// Launches queued behind a failed one on the same rank (its stream) fail at once, because the
+/// rank's error record already holds an error: four launches with a missing peer take about one
+/// deadline, not four. The record keeps the first error (Timeout, the missing peer).
+#[test]
+fn launches_queued_behind_a_failed_one_fail_at_once() {
+    let timeout = Duration::from_secs(2);
+    let mut team = canary_team(2, &[37 * 4 * 2, 37 * 4 * 2]);
+    let seq: Vec<Launch> = (0..4u32)
+        .map(|k| Launch {
+            // Each launch on other barrier indices and with another kind, as a real queue would.
+            args: CollArgs {
+                index: 10 * k,
+                ..coll(&mut team, 0, WAIT_KINDS[k as usize], SYMCOMM_DTYPE_F32, 37)
+            },
+            kernel: kernel_of(SYMCOMM_DTYPE_F32),
+            comm: team.dev_comm(0, dur(timeout)),
+            grid: 2,
+            block: 32,
+        })
+        .collect();
+    let (start, end, _) = run_sequences(&[seq], || {}, |_, _| ()).remove(0);
+    let took = end - start;
+    assert!(
+        took >= timeout && took < timeout * 3 / 2,
+        "4 launches behind a missing peer took {took:?} with a {timeout:?} deadline"
+    );
+    let rec = team.error(0);
+    assert_eq!(
+        (rec.status, rec.rank, rec.peer, rec.op),
+        (SYMCOMM_STATUS_TIMEOUT, 0, 1, SYMCOMM_OP_BARRIER),
+        "the first error is kept; record {rec:?}"
+    );
+    assert_eq!(
+        rec.detail >> 32,
+        0,
+        "the first launch's barrier index; record {rec:?}"
+    );
 }
 
 #[test]
@@ -561,7 +600,7 @@ fn mismatched_calls_fail_on_every_rank_without_writing() {
                 .collect();
             if warm_up {
                 // Matching calls first (count 0: nothing written), so that the mismatch is found
-                // at a later epoch of the same barrier slots.
+                // at a later epoch of the same barrier indices.
                 let warm: Vec<Launch> = calls
                     .iter()
                     .map(|c| Launch {
@@ -931,10 +970,10 @@ fn invalid_cases() -> Vec<Invalid> {
             ..base
         },
         Invalid {
-            what: "barrier slot out of range",
+            what: "barrier index out of range",
             nranks: 3,
             args: |a, _| CollArgs {
-                index: SYMCOMM_BARRIER_SLOTS,
+                index: SYMCOMM_USER_BARRIER_END,
                 ..a
             },
             expect: |a| {
@@ -947,18 +986,18 @@ fn invalid_cases() -> Vec<Invalid> {
             ..base
         },
         Invalid {
-            what: "barrier slot out of range for the second CTA only",
+            what: "barrier index out of range for the second CTA only",
             nranks: 2,
             grid: 2,
             args: |a, _| CollArgs {
-                index: SYMCOMM_BARRIER_SLOTS - 1,
+                index: SYMCOMM_USER_BARRIER_END - 1,
                 ..a
             },
             expect: |_| {
                 (
                     SYMCOMM_STATUS_INVALID_ARGUMENT,
                     SYMCOMM_OP_BARRIER,
-                    u64::from(SYMCOMM_BARRIER_SLOTS),
+                    u64::from(SYMCOMM_USER_BARRIER_END),
                 )
             },
             // The first CTA does its part.
@@ -1027,6 +1066,148 @@ fn invalid_arguments_are_refused_on_every_rank() {
         if case.untouched {
             assert_untouched(&team, 2, 0..case.nranks, &label);
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Barrier indices and send/recv's signal words.
+
+/// Every word of the team's signal area (read between launches).
+fn signal_words(team: &mut EmuTeam) -> Vec<u64> {
+    let comm = team.dev_comm(0, 0);
+    let words = (comm.nranks * comm.nranks * comm.signal_words) as usize;
+    // SAFETY: the team's signal area holds nranks * nranks * signal_words aligned u64 words from
+    // `signal_base`, and no kernel runs while the team is borrowed mutably.
+    unsafe { std::slice::from_raw_parts(comm.signal_base as *const u64, words) }.to_vec()
+}
+
+/// A one-operation `symcomm_sendrecv` launch: `kind` (SYMCOMM_P2P_SEND or _RECV) of `buf` with
+/// `peer`, through window `stage` of the team.
+fn p2p_args(
+    team: &mut EmuTeam,
+    rank: u32,
+    stage: usize,
+    kind: u32,
+    peer: u32,
+    buf: &mut [u8],
+) -> P2pArgs {
+    let mut args = P2pArgs {
+        stage: team.window_of(stage, rank),
+        nops: 1,
+        ..P2pArgs::default()
+    };
+    args.ops[0] = P2pOp {
+        addr: buf.as_mut_ptr() as u64,
+        bytes: buf.len() as u64,
+        peer,
+        kind,
+        ..P2pOp::default()
+    };
+    args
+}
+
+/// Runs `symcomm_sendrecv` (one CTA per operation) and blocks until the kernel finished.
+fn run_sendrecv(comm: DevComm, args: P2pArgs) {
+    let (mut comm, mut args) = (comm, args);
+    let mut ptrs: [*mut c_void; 2] = [(&raw mut comm).cast(), (&raw mut args).cast()];
+    // SAFETY: the kernel takes (DevComm, P2pArgs) by value and `ptrs` points at locals of exactly
+    // those types; the team and the buffers that `args` addresses outlive the launch (they
+    // belong to the caller's frame, which waits for it).
+    unsafe {
+        launch(
+            &DEVICE_IMAGE,
+            "symcomm_sendrecv",
+            [args.nops, 1, 1],
+            [64, 1, 1],
+            &mut ptrs,
+        )
+    }
+    .expect("emulator launch");
+}
+
+/// Barrier indices from SYMCOMM_USER_BARRIER_END to the end of the signal words would use
+/// send/recv's words: a kernel's barrier there is refused with InvalidArgument on every rank,
+/// touching no signal word, and a send/recv between the ranks afterwards works. (Before the
+/// limit came down from 192, a barrier at 188 stored its epoch into the receiver's "data ready"
+/// word, and the receiver, launched before the sender, took a chunk never sent: Mismatch.)
+#[test]
+fn barriers_on_send_recv_words_are_refused_and_send_recv_still_works() {
+    const MSG: usize = 1000;
+    let past_words = SYMCOMM_SIGNAL_WORDS - SYMCOMM_BARRIER_WORD_FIRST;
+    for index in SYMCOMM_USER_BARRIER_END..past_words {
+        let label = format!("barrier index {index}");
+        let bytes = 37 * 4 * 2;
+        let mut team = canary_team(2, &[bytes, bytes, 4096]);
+        let calls: Vec<Launch> = (0..2)
+            .map(|r| Launch {
+                kernel: kernel_of(SYMCOMM_DTYPE_F32),
+                comm: team.dev_comm(r, dur(LONG)),
+                args: CollArgs {
+                    index,
+                    ..coll(
+                        &mut team,
+                        r,
+                        SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT,
+                        SYMCOMM_DTYPE_F32,
+                        37,
+                    )
+                },
+                grid: 1,
+                block: 32,
+            })
+            .collect();
+        let took = durations(&run_concurrently(&calls, || {}));
+        for (r, t) in (0..2).zip(&took) {
+            assert!(*t < PROMPT, "{label}: rank {r} took {t:?}");
+            let rec = team.error(r);
+            assert_eq!(
+                (rec.status, rec.rank, rec.peer, rec.op, rec.detail),
+                (
+                    SYMCOMM_STATUS_INVALID_ARGUMENT,
+                    r,
+                    r,
+                    SYMCOMM_OP_BARRIER,
+                    u64::from(index)
+                ),
+                "{label}: rank {r}'s (status, rank, peer, op, detail); record {rec:?}"
+            );
+        }
+        assert_untouched(&team, 2, 0..2, &label);
+        assert!(
+            signal_words(&mut team).iter().all(|&w| w == 0),
+            "{label}: a refused barrier wrote signal words"
+        );
+
+        // Rank 1 receives from rank 0; it starts first, so a stale "data ready" word would let
+        // it take the chunk before the sender has sent it.
+        team.clear_errors();
+        let mut sent: Vec<u8> = (0..MSG).map(|i| (i * 7 + 3) as u8).collect();
+        let mut got = vec![0u8; MSG];
+        let send = (
+            team.dev_comm(0, dur(PROMPT)),
+            p2p_args(&mut team, 0, 2, SYMCOMM_P2P_SEND, 1, &mut sent),
+        );
+        let recv = (
+            team.dev_comm(1, dur(PROMPT)),
+            p2p_args(&mut team, 1, 2, SYMCOMM_P2P_RECV, 0, &mut got),
+        );
+        std::thread::scope(|s| {
+            let receiver = s.spawn(move || run_sendrecv(recv.0, recv.1));
+            std::thread::sleep(Duration::from_millis(100));
+            run_sendrecv(send.0, send.1);
+            receiver.join().expect("receiver thread");
+        });
+        for r in 0..2 {
+            let rec = team.error(r);
+            assert_eq!(
+                rec.status, SYMCOMM_STATUS_OK,
+                "{label}: send/recv after it: rank {r}: {rec:?}"
+            );
+        }
+        assert!(
+            got == sent,
+            "{label}: send/recv after it delivered other bytes"
+        );
     }
 }
 
@@ -1140,7 +1321,7 @@ fn snapshot(win: &WindowHandleRaw, rank: u32, len: usize) -> Vec<u8> {
 #[test]
 fn replayed_launches_continue_their_epochs_in_device_memory() {
     const LAUNCHES: usize = 20;
-    /// One replay: `kinds` are launched in turn; `first_epoch` is where every barrier slot's
+    /// One replay: `kinds` are launched in turn; `first_epoch` is where every barrier index's
     /// epoch starts (0 for a fresh team, near 2^32 to cross the 32-bit epoch wrap).
     struct Replay {
         nranks: u32,
@@ -1231,12 +1412,12 @@ fn replayed_launches_continue_their_epochs_in_device_memory() {
         let len = elems as usize * ty.size();
         let mut team = EmuTeam::new(nranks, len as u64).expect("team");
         if first_epoch != 0 {
-            // As if every barrier slot had completed `first_epoch` barriers on every rank.
+            // As if every barrier index had completed `first_epoch` barriers on every rank.
             let comm = team.dev_comm(0, 0);
-            let words = (nranks * nranks * comm.signal_slots) as usize;
+            let words = (nranks * nranks * comm.signal_words) as usize;
             let area = comm.signal_base as *mut u64;
             for i in 0..words {
-                // SAFETY: the team's signal area holds nranks * nranks * signal_slots aligned
+                // SAFETY: the team's signal area holds nranks * nranks * signal_words aligned
                 // u64 words from `signal_base`; no kernel runs yet.
                 unsafe { area.add(i).write(u64::from(first_epoch) << 32) };
             }
@@ -1382,7 +1563,7 @@ fn input_value(ty: IntType, op: u32, rank: u32, step: usize, e: u64) -> u64 {
 
 /// Many launches of every kind, dtype and grid shape in a row on one team, each rank's thread
 /// running its whole sequence without waiting for the others (so one rank may start launch k+1,
-/// with another grid shape and barrier slots, while a peer still runs launch k). Each step has
+/// with another grid shape and barrier indices, while a peer still runs launch k). Each step has
 /// its own region of the windows, written before the first launch; at the end both windows must
 /// equal their initial contents with every step's outputs applied.
 #[test]

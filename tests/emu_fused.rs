@@ -22,7 +22,8 @@ use std::time::Instant;
 use symcomm::DEVICE_IMAGE;
 use symcomm::abi::{
     DevComm, SYMCOMM_OP_BARRIER, SYMCOMM_OP_COLLECTIVE, SYMCOMM_STATUS_INVALID_ARGUMENT,
-    SYMCOMM_STATUS_MISMATCH, SYMCOMM_STATUS_OK, SYMCOMM_STATUS_TIMEOUT, WindowHandleRaw,
+    SYMCOMM_STATUS_MISMATCH, SYMCOMM_STATUS_OK, SYMCOMM_STATUS_TIMEOUT, SYMCOMM_USER_BARRIER_END,
+    WindowHandleRaw,
 };
 use symcomm::backend::emu::{EmuTeam, launch};
 
@@ -713,7 +714,7 @@ fn mismatched_shapes_are_detected() {
 
 /// Arguments the kernel refuses before communicating, on every rank: a row that is not whole
 /// packs, a row longer than the CTA holds, a CTA that is not whole warps, a misaligned buffer, a
-/// partial row range beyond the window, barrier slots beyond SYMCOMM_BARRIER_SLOTS.
+/// partial row range beyond the window, barrier indices beyond SYMCOMM_USER_BARRIER_END.
 #[test]
 fn invalid_arguments_are_refused() {
     type Tweak = fn(&mut Shape, &mut AllReduceRmsNormArgs);
@@ -727,7 +728,10 @@ fn invalid_arguments_are_refused() {
         ("threads not whole warps", |s, _| s.threads = 48),
         ("misaligned residual", |_, a| a.residual += 2),
         ("partial beyond the window", |_, a| a.partial_offset = 8),
-        ("grid beyond the barrier slots", |_, a| a.first_slot = 191),
+        // CTA 1 would use index SYMCOMM_USER_BARRIER_END, whose word is send/recv's.
+        ("grid beyond the barrier indices", |_, a| {
+            a.first_slot = SYMCOMM_USER_BARRIER_END - 1;
+        }),
     ];
     for (what, tweak) in tweaks {
         let mut s = shape(Dt::Bf16, 2, 256, 4, 2);

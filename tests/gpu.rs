@@ -104,7 +104,7 @@ fn err(e: impl std::fmt::Display) -> String {
 // ---------------------------------------------------------------------------------------------
 
 /// N ranks as streams on one GPU, in the flat layout of the emulator's `EmuTeam` (DESIGN §3):
-/// one device allocation each for the signal area (N*N*SYMCOMM_SIGNAL_SLOTS u64, zeroed; rank r's
+/// one device allocation each for the signal area (N*N*SYMCOMM_SIGNAL_WORDS u64, zeroed; rank r's
 /// array at `signals + r * signal_stride`), the error records (one per rank), the abort flag, and
 /// every window (rank r's copy at `base + r * stride`, the stride a multiple of 256 bytes).
 struct GpuTeam {
@@ -143,7 +143,7 @@ impl GpuTeam {
             .collect::<symcomm::Result<Vec<_>>>()?;
         Ok(GpuTeam {
             nranks,
-            signals: dev.alloc_zeroed(n * n * SYMCOMM_SIGNAL_SLOTS as usize * 8)?,
+            signals: dev.alloc_zeroed(n * n * SYMCOMM_SIGNAL_WORDS as usize * 8)?,
             abort: dev.alloc_zeroed(4)?,
             errors: dev.alloc_zeroed(n * ERROR_RECORD_BYTES)?,
             windows,
@@ -155,9 +155,9 @@ impl GpuTeam {
             abi_version: SYMCOMM_ABI_VERSION,
             rank,
             nranks: self.nranks,
-            signal_slots: SYMCOMM_SIGNAL_SLOTS,
+            signal_words: SYMCOMM_SIGNAL_WORDS,
             signal_base: self.signals.device_ptr(),
-            signal_stride: u64::from(self.nranks) * u64::from(SYMCOMM_SIGNAL_SLOTS) * 8,
+            signal_stride: u64::from(self.nranks) * u64::from(SYMCOMM_SIGNAL_WORDS) * 8,
             abort_flag: self.abort.device_ptr(),
             error: self.errors.device_ptr() + u64::from(rank) * ERROR_RECORD_BYTES as u64,
             timeout_ns,

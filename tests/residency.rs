@@ -112,7 +112,8 @@ fn planted_launch_beyond_the_budget_is_reported() {
         let src = comm.alloc_window::<f32>(count as usize).unwrap();
         let dst = comm.alloc_window::<f32>(count as usize).unwrap();
         let dev = comm.device_handle().unwrap();
-        let args = support::one_shot_sum_f32(src.device_handle().raw(), dst.device_handle().raw(), count);
+        let args =
+            support::one_shot_sum_f32(src.device_handle().raw(), dst.device_handle().raw(), count);
         let kargs = KernelArgs::new().arg(&dev).arg(&args);
         let threads = tune::CUDA_THREADS;
         let share = comm.co_resident_share(&kernel, threads, 0).unwrap();

@@ -22,25 +22,26 @@
 //     const T* gamma               [hidden], the RMSNorm weight
 //     uint32_t tokens, hidden      rows and row length (elements)
 //     float eps
-//     uint32_t first_slot          CTA b uses barrier slot first_slot + b
+//     uint32_t first_slot          CTA b uses barrier index first_slot + b (users' kernels: from
+//                                  SYMCOMM_USER_BARRIER_FIRST, clear of the host collectives')
 //
 // 88 bytes, no padding (a Rust mirror: the same fields in order, pointers as u64, #[repr(C)];
 // tests/emu_fused.rs has one). Preconditions, refused with Status::InvalidArgument in the rank's
 // ErrorRecord (op SYMCOMM_OP_COLLECTIVE, detail RMSNORM_KIND) before any communication:
 // hidden > 0 and a multiple of 16 / sizeof(T) (8 for bf16, 4 for f32); every pointer and the
 // local copy of `partial` at partial_offset 16-byte aligned; partial_offset + tokens * hidden
-// within the window; a 1-D grid and block; first_slot + gridDim.x <= SYMCOMM_BARRIER_SLOTS (192);
+// within the window; a 1-D grid and block; first_slot + gridDim.x <= SYMCOMM_USER_BARRIER_END;
 // blockDim.x a multiple of 32 with hidden <= 16 * blockDim.x (each thread keeps 16 floats of its
 // row in registers).
 //
 // Launch: block = hidden / 16 threads rounded up to a multiple of 32 (256 for H = 4096, 512 for
-// H = 8192; more is allowed, up to 1024); grid = min(tokens, 192 - first_slot) CTAs or fewer
-// (CTA b handles rows b, b + grid, b + 2 * grid, ...); every rank launches concurrently with the
-// same grid, tokens, hidden and eps (a different grid, token count or row length is a
-// Status::Mismatch; the block size may differ). No dynamic shared memory. Inputs written before
-// the launch in stream order (the GEMM that produced `partial`) are read; once the kernel has
-// finished on a rank, no peer reads that rank's `partial` any more, so the next work in its
-// stream may overwrite it. Back-to-back launches and CUDA-graph replay need nothing from the
+// H = 8192; more is allowed, up to 1024); grid = min(tokens, SYMCOMM_USER_BARRIER_END -
+// first_slot) CTAs or fewer (CTA b handles rows b, b + grid, b + 2 * grid, ...); every rank
+// launches concurrently with the same grid, tokens, hidden and eps (a different grid, token
+// count or row length is a Status::Mismatch; the block size may differ). No dynamic shared
+// memory. Inputs written before the launch in stream order (the GEMM that produced `partial`)
+// are read; once the kernel has finished on a rank, no peer reads that rank's `partial` any
+// more, so the next work in its stream may overwrite it. Back-to-back launches and CUDA-graph replay need nothing from the
 // host (barrier epochs live in device memory). Failures (Timeout, Aborted, Mismatch) land in the
 // ErrorRecord; the outputs of the rows not done are then undefined.
 //
@@ -103,7 +104,7 @@ SYMCOMM_DEVICE bool args_valid(const AllReduceRmsNormArgs<T>& a, const DevComm& 
     constexpr uint32_t P = Pack16<T>::N;
     const WindowHandle<T> partial(a.partial);
     const uint64_t elems = uint64_t(a.tokens) * a.hidden;
-    return a.first_slot <= SYMCOMM_BARRIER_SLOTS && gridDim.x <= SYMCOMM_BARRIER_SLOTS - a.first_slot &&
+    return a.first_slot <= SYMCOMM_USER_BARRIER_END && gridDim.x <= SYMCOMM_USER_BARRIER_END - a.first_slot &&
            a.hidden > 0 && a.hidden % P == 0 && blockDim.y == 1 && blockDim.z == 1 && gridDim.y == 1 &&
            gridDim.z == 1 && blockDim.x % 32 == 0 && a.hidden <= FLOATS_PER_THREAD * blockDim.x &&
            a.partial.nranks == comm.nranks && a.partial.rank == comm.rank && a.partial_offset <= partial.count() &&

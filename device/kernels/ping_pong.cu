@@ -12,10 +12,10 @@
 // Each CTA's threads write the data, `__syncthreads()` orders those writes before thread 0's
 // release signal; the receiver's thread 0 acquires and `__syncthreads()` hands that on to its CTA.
 //
-// Epochs: signal values only grow. Slot SLOT_DATA of rank j counts tokens received from the
-// previous rank over every launch; each rank keeps its own completed-round count in its private
-// slot SLOT_ROUNDS (the one it reserves for itself), so back-to-back launches continue where the
-// last one ended without host help.
+// Epochs: signal values only grow. Signal word WORD_DATA of rank j counts tokens received from
+// the previous rank over every launch; each rank keeps its own completed-round count in its
+// private word WORD_ROUNDS (the one it reserves for itself; both are users' signal words), so
+// back-to-back launches continue where the last one ended without host help.
 //
 // Result (`result`, 3 words in device memory, zeroed by the host before the launch): [0] Status,
 // [1] words that did not match (#wrong), [2] rounds completed in this launch.
@@ -23,8 +23,8 @@
 
 namespace {
 
-constexpr uint32_t SLOT_DATA = 0;
-constexpr uint32_t SLOT_ROUNDS = 1;
+constexpr uint32_t WORD_DATA = 0;
+constexpr uint32_t WORD_ROUNDS = 1;
 
 SYMCOMM_DEVICE uint32_t ring_value(uint64_t round, uint32_t i) {
     return uint32_t(round * 1000003u) ^ (i * 2654435761u);
@@ -41,11 +41,11 @@ extern "C" __global__ void symcomm_ping_pong(DevComm comm, WindowHandleRaw win, 
     const uint32_t prev = (rank + n - 1) % n;
     uint32_t* inbox = static_cast<uint32_t*>(peer_ptr(win, rank, 0));
     uint32_t* outbox = static_cast<uint32_t*>(peer_ptr(win, next, 0));
-    uint64_t* rounds_slot = signal_slot(comm, rank, rank, SLOT_ROUNDS);
+    uint64_t* rounds_word = detail::signal_word(comm, rank, rank, WORD_ROUNDS);
 
     // Every thread reads the base epoch before thread 0 may advance it below (the __syncthreads at
     // the end of round 0 separates this read from that write).
-    const uint64_t base = ld_relaxed<Scope::Sys>(rounds_slot);
+    const uint64_t base = ld_relaxed<Scope::Sys>(rounds_word);
     uint32_t wrong = 0;
     Status status = Status::Ok;
     if (comm.abi_version != SYMCOMM_ABI_VERSION) {
@@ -60,7 +60,7 @@ extern "C" __global__ void symcomm_ping_pong(DevComm comm, WindowHandleRaw win, 
         const uint64_t epoch = base + k + 1;
         if (rank != 0) {
             if (threadIdx.x == 0) {
-                status = signal_wait_until(Thread{}, comm, prev, SLOT_DATA, epoch);
+                status = signal_wait_until(Thread{}, comm, prev, WORD_DATA, epoch);
                 *cta_status = uint32_t(status);
             }
             __syncthreads();
@@ -73,10 +73,10 @@ extern "C" __global__ void symcomm_ping_pong(DevComm comm, WindowHandleRaw win, 
             outbox[i] = ring_value(epoch, i) + rank;
         }
         __syncthreads();
-        if (threadIdx.x == 0) signal_set(Thread{}, comm, next, SLOT_DATA, epoch);
+        if (threadIdx.x == 0) signal_set(Thread{}, comm, next, WORD_DATA, epoch);
         if (rank == 0) {
             if (threadIdx.x == 0) {
-                status = signal_wait_until(Thread{}, comm, prev, SLOT_DATA, epoch);
+                status = signal_wait_until(Thread{}, comm, prev, WORD_DATA, epoch);
                 *cta_status = uint32_t(status);
             }
             __syncthreads();
@@ -92,7 +92,7 @@ extern "C" __global__ void symcomm_ping_pong(DevComm comm, WindowHandleRaw win, 
     atomicAdd(&result[1], wrong);
     __syncthreads();
     if (threadIdx.x == 0) {
-        st_relaxed<Scope::Sys>(rounds_slot, base + done);
+        st_relaxed<Scope::Sys>(rounds_word, base + done);
         result[0] = uint32_t(status);
         result[2] = done;
     }

@@ -14,7 +14,7 @@
 // READY, copies the chunk from the sender's region (peer loads) into its buffer, and signals
 // DONE = base + k + 1 back; the sender waits for DONE before reusing the region (and before
 // finishing, so a later launch finds the region free). `base` is the count of chunks moved
-// between the pair so far, kept by each side in its own signal array (slots only it writes), so
+// between the pair so far, kept by each side in its own signal array (words only it writes), so
 // back-to-back launches and graph replay continue without host help. The sender also stores the
 // message length next to READY; a receiver expecting another length records Mismatch.
 //
@@ -26,12 +26,14 @@ namespace {
 
 using namespace symcomm;
 
-// Signal slots of each (owner, peer) pair, from SYMCOMM_P2P_FIRST_SLOT.
-constexpr uint32_t SLOT_LEN = SYMCOMM_P2P_FIRST_SLOT + 0;    // written by the peer: message length
-constexpr uint32_t SLOT_READY = SYMCOMM_P2P_FIRST_SLOT + 1;  // written by the peer (sender)
-constexpr uint32_t SLOT_DONE = SYMCOMM_P2P_FIRST_SLOT + 2;   // written by the peer (receiver)
-constexpr uint32_t SLOT_SENT = SYMCOMM_P2P_FIRST_SLOT + 3;   // own: chunks sent to the peer
-constexpr uint32_t SLOT_RECVD = SYMCOMM_P2P_FIRST_SLOT + 4;  // own: chunks received from it
+// Signal words of each (owner, peer) pair, SYMCOMM_P2P_WORDS of them from SYMCOMM_P2P_FIRST_WORD
+// (reached through the unchecked detail:: functions: they are above the users' words).
+constexpr uint32_t WORD_LEN = SYMCOMM_P2P_FIRST_WORD + 0;    // written by the peer: message length
+constexpr uint32_t WORD_READY = SYMCOMM_P2P_FIRST_WORD + 1;  // written by the peer (sender)
+constexpr uint32_t WORD_DONE = SYMCOMM_P2P_FIRST_WORD + 2;   // written by the peer (receiver)
+constexpr uint32_t WORD_SENT = SYMCOMM_P2P_FIRST_WORD + 3;   // own: chunks sent to the peer
+constexpr uint32_t WORD_RECVD = SYMCOMM_P2P_FIRST_WORD + 4;  // own: chunks received from it
+static_assert(WORD_RECVD + 1 == SYMCOMM_P2P_FIRST_WORD + SYMCOMM_P2P_WORDS, "send/recv uses exactly its words");
 
 }  // namespace
 
@@ -47,15 +49,15 @@ SYMCOMM_DEVICE void send_chunk(Cta g, const DevComm& comm, const P2pArgs& args, 
     __syncthreads();
 #endif
     if (g.thread_rank() == 0) {
-        if (first) st_relaxed<Scope::Sys>(signal_slot(comm, to, comm.rank, SLOT_LEN), op.bytes);
-        signal_set(Thread{}, comm, to, SLOT_READY, epoch);
+        if (first) st_relaxed<Scope::Sys>(detail::signal_word(comm, to, comm.rank, WORD_LEN), op.bytes);
+        detail::signal_store<Scope::Sys>(comm, to, WORD_READY, epoch);
     }
 }
 
 /// Thread 0: waits for READY = epoch from `from` and, with the first chunk, checks the length.
 SYMCOMM_DEVICE Status await_chunk(const DevComm& comm, const P2pOp& op, uint32_t from, uint64_t epoch, bool first) {
-    Status s = signal_wait_until(Thread{}, comm, from, SLOT_READY, epoch);
-    if (s == Status::Ok && first && ld_relaxed<Scope::Sys>(signal_slot(comm, comm.rank, from, SLOT_LEN)) != op.bytes) {
+    Status s = detail::signal_wait_word<Scope::Sys>(Thread{}, comm, from, WORD_READY, epoch);
+    if (s == Status::Ok && first && ld_relaxed<Scope::Sys>(detail::signal_word(comm, comm.rank, from, WORD_LEN)) != op.bytes) {
         s = Status::Mismatch;
         record_error(Thread{}, comm, s, from, SYMCOMM_OP_SIGNAL_WAIT, op.bytes);
     }
@@ -69,7 +71,7 @@ SYMCOMM_DEVICE void take_chunk(Cta g, const DevComm& comm, const P2pArgs& args, 
         static_cast<const unsigned char*>(peer_ptr(args.stage, from, uint64_t(comm.rank) * region));
     detail::group_copy(g, theirs, reinterpret_cast<unsigned char*>(op.addr) + off, n);
     __syncthreads();
-    if (g.thread_rank() == 0) signal_set(Thread{}, comm, from, SLOT_DONE, epoch);
+    if (g.thread_rank() == 0) detail::signal_store<Scope::Sys>(comm, from, WORD_DONE, epoch);
 }
 
 }  // namespace
@@ -99,8 +101,8 @@ extern "C" __global__ void __launch_bounds__(SYMCOMM_BUILTIN_THREADS) symcomm_se
         return;
     }
     const uint64_t rounds = (op.bytes + region - 1) / region;
-    uint64_t* sent = signal_slot(comm, comm.rank, to, SLOT_SENT);
-    uint64_t* recvd = signal_slot(comm, comm.rank, from, SLOT_RECVD);
+    uint64_t* sent = detail::signal_word(comm, comm.rank, to, WORD_SENT);
+    uint64_t* recvd = detail::signal_word(comm, comm.rank, from, WORD_RECVD);
     // Every thread reads the pair counters before thread 0 advances them at the end (the
     // __syncthreads of the rounds, or the one below, separates the two).
     const uint64_t send_base = sends ? ld_relaxed<Scope::Sys>(sent) : 0;
@@ -120,7 +122,8 @@ extern "C" __global__ void __launch_bounds__(SYMCOMM_BUILTIN_THREADS) symcomm_se
         if (sends) {
             // The peer has read the chunk: the region may take the next one.
             if (g.thread_rank() == 0) {
-                p2p_status[0] = uint32_t(signal_wait_until(Thread{}, comm, to, SLOT_DONE, send_base + k + 1));
+                p2p_status[0] =
+                    uint32_t(detail::signal_wait_word<Scope::Sys>(Thread{}, comm, to, WORD_DONE, send_base + k + 1));
             }
             __syncthreads();
             // Read after the barrier above; thread 0 writes it again only after the next

@@ -5,9 +5,15 @@
 #![allow(non_camel_case_types, non_snake_case, missing_docs, clippy::all)]
 
 pub const SYMCOMM_ABI_VERSION: u32 = 1;
-pub const SYMCOMM_SIGNAL_SLOTS: u32 = 256;
-pub const SYMCOMM_USER_SIGNAL_SLOTS: u32 = 64;
-pub const SYMCOMM_BARRIER_SLOTS: u32 = 192;
+pub const SYMCOMM_SIGNAL_WORDS: u32 = 256;
+pub const SYMCOMM_USER_SIGNAL_END: u32 = 64;
+pub const SYMCOMM_BARRIER_WORD_FIRST: u32 = 64;
+pub const SYMCOMM_HOST_LANE_BARRIERS: u32 = 64;
+pub const SYMCOMM_HOST_BARRIER_END: u32 = 128;
+pub const SYMCOMM_USER_BARRIER_FIRST: u32 = 128;
+pub const SYMCOMM_P2P_WORDS: u32 = 5;
+pub const SYMCOMM_P2P_FIRST_WORD: u32 = 251;
+pub const SYMCOMM_USER_BARRIER_END: u32 = 187;
 pub const SYMCOMM_STATUS_OK: u32 = 0;
 pub const SYMCOMM_STATUS_TIMEOUT: u32 = 1;
 pub const SYMCOMM_STATUS_ABORTED: u32 = 2;
@@ -36,6 +42,7 @@ pub const SYMCOMM_REDOP_COUNT: u32 = 5;
 pub const SYMCOMM_OP_SIGNAL_WAIT: u32 = 1;
 pub const SYMCOMM_OP_BARRIER: u32 = 2;
 pub const SYMCOMM_OP_COLLECTIVE: u32 = 3;
+pub const SYMCOMM_OP_SIGNAL: u32 = 4;
 pub const SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT: u32 = 0;
 pub const SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT: u32 = 1;
 pub const SYMCOMM_COLL_ALL_GATHER: u32 = 2;
@@ -49,13 +56,10 @@ pub const SYMCOMM_SCOPE_GRID: u32 = 0;
 pub const SYMCOMM_SCOPE_CTA: u32 = 1;
 pub const SYMCOMM_BUILTIN_THREADS: u32 = 512;
 pub const SYMCOMM_P2P_MAX_OPS: u32 = 32;
-pub const SYMCOMM_P2P_FIRST_SLOT: u32 = 251;
-pub const SYMCOMM_USER_BARRIER_FIRST: u32 = 128;
-pub const SYMCOMM_USER_BARRIER_END: u32 = 187;
 pub const SYMCOMM_P2P_RECV: u32 = 0;
 pub const SYMCOMM_P2P_SEND: u32 = 1;
 pub const SYMCOMM_P2P_EXCHANGE: u32 = 2;
-#[doc = " Device handle of a communicator (one per rank), passed to kernels by value.\n\n Signal area: rank r's signal array lives at `signal_base + r * signal_stride` (flat layout, every\n rank's array is addressable by every rank). Inside a rank's array, the slots written by peer p\n are `[p * signal_slots, (p + 1) * signal_slots)`, each a `uint64_t` that only grows (epochs are\n never reset in place, so back-to-back launches and graph replay stay correct)."]
+#[doc = " Device handle of a communicator (one per rank), passed to kernels by value.\n\n Signal area: rank r's signal array lives at `signal_base + r * signal_stride` (flat layout, every\n rank's array is addressable by every rank). Inside a rank's array, the signal words written by\n peer p are `[p * signal_words, (p + 1) * signal_words)`, each a `uint64_t` that only grows\n (epochs are never reset in place, so back-to-back launches and graph replay stay correct); the\n ranges of those words are at SYMCOMM_SIGNAL_WORDS."]
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct DevComm {
@@ -65,8 +69,8 @@ pub struct DevComm {
     pub rank: u32,
     #[doc = " Ranks in the team."]
     pub nranks: u32,
-    #[doc = " Signal slots per peer (SYMCOMM_SIGNAL_SLOTS)."]
-    pub signal_slots: u32,
+    #[doc = " Signal words per peer (SYMCOMM_SIGNAL_WORDS)."]
+    pub signal_words: u32,
     #[doc = " Device address of rank 0's signal array."]
     pub signal_base: u64,
     #[doc = " Bytes between consecutive ranks' signal arrays."]
@@ -86,8 +90,8 @@ const _: () = {
         [::core::mem::offset_of!(DevComm, abi_version) - 0usize];
     ["Offset of field: DevComm::rank"][::core::mem::offset_of!(DevComm, rank) - 4usize];
     ["Offset of field: DevComm::nranks"][::core::mem::offset_of!(DevComm, nranks) - 8usize];
-    ["Offset of field: DevComm::signal_slots"]
-        [::core::mem::offset_of!(DevComm, signal_slots) - 12usize];
+    ["Offset of field: DevComm::signal_words"]
+        [::core::mem::offset_of!(DevComm, signal_words) - 12usize];
     ["Offset of field: DevComm::signal_base"]
         [::core::mem::offset_of!(DevComm, signal_base) - 16usize];
     ["Offset of field: DevComm::signal_stride"]
@@ -140,7 +144,7 @@ pub struct ErrorRecord {
     pub peer: u32,
     #[doc = " SYMCOMM_OP_* that failed."]
     pub op: u32,
-    #[doc = " Operation-specific detail (the slot, the awaited value)."]
+    #[doc = " Operation-specific detail (a barrier index, an awaited value, a signal word)."]
     pub detail: u64,
     #[doc = " Time of the error (%globaltimer or the emulator's steady clock), nanoseconds."]
     pub time_ns: u64,
@@ -172,7 +176,7 @@ pub struct CollArgs {
     pub root: u32,
     #[doc = " SYMCOMM_SCOPE_*"]
     pub scope: u32,
-    #[doc = " First barrier slot"]
+    #[doc = " First barrier index (CTA b of the launch uses index + b)"]
     pub index: u32,
     #[doc = " Elements per rank block (see each collective)"]
     pub count: u64,

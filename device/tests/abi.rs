@@ -111,7 +111,7 @@ fn rust_layout() -> Vec<(String, usize)> {
             abi_version,
             rank,
             nranks,
-            signal_slots,
+            signal_words,
             signal_base,
             signal_stride,
             abort_flag,

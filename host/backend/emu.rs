@@ -11,7 +11,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use symcomm_device::abi::{
-    DevComm, ErrorRecord, SYMCOMM_ABI_VERSION, SYMCOMM_SIGNAL_SLOTS, WindowHandleRaw,
+    DevComm, ErrorRecord, SYMCOMM_ABI_VERSION, SYMCOMM_SIGNAL_WORDS, WindowHandleRaw,
 };
 use symcomm_device::image::DeviceImage;
 
@@ -121,7 +121,7 @@ impl EmuTeam {
             ));
         }
         let n = nranks as usize;
-        let signal_bytes = n * n * SYMCOMM_SIGNAL_SLOTS as usize * 8;
+        let signal_bytes = n * n * SYMCOMM_SIGNAL_WORDS as usize * 8;
         let zero = ErrorRecord {
             status: 0,
             rank: 0,
@@ -161,9 +161,9 @@ impl EmuTeam {
             abi_version: SYMCOMM_ABI_VERSION,
             rank,
             nranks: self.nranks,
-            signal_slots: SYMCOMM_SIGNAL_SLOTS,
+            signal_words: SYMCOMM_SIGNAL_WORDS,
             signal_base: self.signals.addr(),
-            signal_stride: u64::from(self.nranks) * u64::from(SYMCOMM_SIGNAL_SLOTS) * 8,
+            signal_stride: u64::from(self.nranks) * u64::from(SYMCOMM_SIGNAL_WORDS) * 8,
             abort_flag: self.abort.as_ptr() as u64,
             error: std::ptr::from_mut(&mut self.errors[rank as usize]) as u64,
             timeout_ns,

@@ -16,17 +16,20 @@
 //! replay would make stale (barrier epochs live in device memory).
 //!
 //! Streams: each communicator serves collectives on up to [`MAX_STREAMS`] streams, each with its
-//! own barrier slots and staging windows, assigned in order of first use — use them in the same
+//! own barrier indices and staging windows, assigned in order of first use — use them in the same
 //! order on every rank. A collective on one more stream is [`Error::InvalidArgument`].
-//! Barrier slots `[USER_SLOTS_FIRST, 192)` are never used by host collectives: user kernels may
-//! run on them concurrently.
+//! Host collectives use barrier indices `[0, HOST_BARRIER_END)` ([`LANE_BARRIERS`] per stream);
+//! barrier indices [`USER_BARRIER_FIRST`]`..`[`USER_BARRIER_END`] are never used by them: user
+//! kernels may run on those concurrently. The ranges are defined once, in `abi.h`
+//! ([`crate::abi`]); the constants here are the same values.
 
 use std::marker::PhantomData;
 use std::sync::{Mutex, OnceLock};
 
 use symcomm_device::abi::{
-    CollArgs, P2pArgs, P2pOp, SYMCOMM_P2P_EXCHANGE, SYMCOMM_P2P_MAX_OPS, SYMCOMM_P2P_RECV,
-    SYMCOMM_P2P_SEND, SYMCOMM_SCOPE_GRID, WindowHandleRaw,
+    CollArgs, P2pArgs, P2pOp, SYMCOMM_HOST_BARRIER_END, SYMCOMM_HOST_LANE_BARRIERS,
+    SYMCOMM_P2P_EXCHANGE, SYMCOMM_P2P_MAX_OPS, SYMCOMM_P2P_RECV, SYMCOMM_P2P_SEND,
+    SYMCOMM_SCOPE_GRID, SYMCOMM_USER_BARRIER_END, SYMCOMM_USER_BARRIER_FIRST, WindowHandleRaw,
 };
 
 use super::{Communicator, Window, memory::FlatMapping};
@@ -36,12 +39,23 @@ use crate::stream::{Buffer, Kernel, KernelArgs, LaunchConfig, Stream};
 use crate::tune::{self, Algorithm, BackendKind, Collective};
 use crate::{Error, Result};
 
-/// Streams one communicator serves collectives on at once.
+/// Streams one communicator serves collectives on at once (host policy: each stream's lane takes
+/// its own [`LANE_BARRIERS`] barrier indices from the host's `[0, SYMCOMM_HOST_BARRIER_END)`).
 pub const MAX_STREAMS: usize = 2;
-/// Barrier slots of each stream's lane (also the most CTAs of one collective launch).
-pub const LANE_SLOTS: u32 = 64;
-/// First barrier slot host collectives never use (`[64 * MAX_STREAMS, 192)` is the users').
-pub const USER_SLOTS_FIRST: u32 = LANE_SLOTS * MAX_STREAMS as u32;
+/// Barrier indices of each stream's lane (also the most CTAs of one collective launch):
+/// `SYMCOMM_HOST_LANE_BARRIERS`.
+pub const LANE_BARRIERS: u32 = SYMCOMM_HOST_LANE_BARRIERS;
+/// First barrier index of users' kernels; host collectives never use it or any above
+/// (`SYMCOMM_USER_BARRIER_FIRST`).
+pub const USER_BARRIER_FIRST: u32 = SYMCOMM_USER_BARRIER_FIRST;
+/// End (exclusive) of users' barrier indices (`SYMCOMM_USER_BARRIER_END`): the device refuses a
+/// barrier at this index or above, whose signal word would be one of send/recv's.
+pub const USER_BARRIER_END: u32 = SYMCOMM_USER_BARRIER_END;
+
+// The lanes exactly fill the host's barrier indices, which end where the users' begin.
+const _: () = assert!(MAX_STREAMS as u32 * LANE_BARRIERS == SYMCOMM_HOST_BARRIER_END);
+const _: () = assert!(SYMCOMM_HOST_BARRIER_END == USER_BARRIER_FIRST);
+const _: () = assert!(USER_BARRIER_FIRST < USER_BARRIER_END);
 /// Default bytes of each staging window (`SYMCOMM_STAGING_BYTES`); a stream's lane has two
 /// (input and output).
 pub const DEFAULT_STAGING_BYTES: u64 = 4 << 20;
@@ -282,10 +296,10 @@ impl<T: DevicePlain> Window<'_, T> {
     }
 }
 
-/// One stream's barrier slots and staging windows.
+/// One stream's barrier indices and staging windows.
 pub(super) struct Lane {
     stream: usize,
-    first_slot: u32,
+    first_barrier: u32,
     stage_in: FlatMapping,
     stage_out: FlatMapping,
     stage_bytes: u64,
@@ -574,7 +588,7 @@ impl Communicator {
             &self.coll.kernels[dtype as usize],
             dtype.kernel(),
             threads,
-            LANE_SLOTS,
+            LANE_BARRIERS,
         )
     }
 
@@ -627,7 +641,7 @@ impl Communicator {
         if lanes.len() >= MAX_STREAMS {
             return Err(Error::InvalidArgument(format!(
                 "this communicator already runs collectives on {MAX_STREAMS} streams (each has \
-                 its own barrier slots); issue them on one of those, or use another communicator"
+                 its own barrier indices); issue them on one of those, or use another communicator"
             )));
         }
         if stream.is_capturing() {
@@ -643,7 +657,7 @@ impl Communicator {
         let stage_out = self.alloc_flat(Ok(stage_bytes), 1, "staging output")?;
         let lane = std::sync::Arc::new(Lane {
             stream: key,
-            first_slot: LANE_SLOTS * lanes.len() as u32,
+            first_barrier: LANE_BARRIERS * lanes.len() as u32,
             stage_in,
             stage_out,
             stage_bytes,
@@ -719,7 +733,7 @@ impl Communicator {
                     redop: op.code(),
                     root,
                     scope: SYMCOMM_SCOPE_GRID,
-                    index: lane.first_slot,
+                    index: lane.first_barrier,
                     count: call.count,
                     src_offset: soff / size,
                     dst_offset: roff / size,
@@ -849,7 +863,7 @@ impl Communicator {
                 redop: call.op.code(),
                 root: call.root,
                 scope: SYMCOMM_SCOPE_GRID,
-                index: lane.first_slot,
+                index: lane.first_barrier,
                 count: c,
                 src_offset: 0,
                 dst_offset: 0,

@@ -42,7 +42,7 @@ mod window;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use symcomm_device::abi::{DevComm, ErrorRecord, SYMCOMM_ABI_VERSION, SYMCOMM_SIGNAL_SLOTS};
+use symcomm_device::abi::{DevComm, ErrorRecord, SYMCOMM_ABI_VERSION, SYMCOMM_SIGNAL_WORDS};
 use symcomm_device::image::DeviceImage;
 
 use crate::backend::{Backend, cuda};
@@ -395,8 +395,8 @@ impl Communicator {
         if comm.spans_one_host() {
             comm.check_devices()?;
             comm.connect_local_team()?;
-            let slots = u64::from(nranks) * u64::from(SYMCOMM_SIGNAL_SLOTS) * 8;
-            comm.signals = Some(comm.alloc_flat(Ok(slots), 8, "signal area")?);
+            let bytes = u64::from(nranks) * u64::from(SYMCOMM_SIGNAL_WORDS) * 8;
+            comm.signals = Some(comm.alloc_flat(Ok(bytes), 8, "signal area")?);
         }
         tracing::info!(
             target: "symcomm::init",
@@ -457,7 +457,7 @@ impl Communicator {
             abi_version: SYMCOMM_ABI_VERSION,
             rank: self.rank,
             nranks: self.nranks,
-            signal_slots: SYMCOMM_SIGNAL_SLOTS,
+            signal_words: SYMCOMM_SIGNAL_WORDS,
             signal_base: signals.base(),
             signal_stride: signals.stride(),
             abort_flag: self.block.abort_flag_addr(),
@@ -897,6 +897,7 @@ fn op_name(op: u32) -> &'static str {
         symcomm_device::abi::SYMCOMM_OP_SIGNAL_WAIT => "signal_wait",
         symcomm_device::abi::SYMCOMM_OP_BARRIER => "barrier",
         symcomm_device::abi::SYMCOMM_OP_COLLECTIVE => "collective",
+        symcomm_device::abi::SYMCOMM_OP_SIGNAL => "signal",
         _ => "device operation",
     }
 }
@@ -1002,5 +1003,15 @@ mod tests {
             error_from_record(&rec(a::SYMCOMM_STATUS_INVALID_ARGUMENT)),
             Error::InvalidArgument(_)
         ));
+        // A refused signal call (a signal word outside the users' range) names the operation.
+        let refused = ErrorRecord {
+            op: a::SYMCOMM_OP_SIGNAL,
+            ..rec(a::SYMCOMM_STATUS_INVALID_ARGUMENT)
+        };
+        assert!(
+            matches!(&error_from_record(&refused), Error::InvalidArgument(m) if m.contains("of signal")),
+            "{}",
+            error_from_record(&refused)
+        );
     }
 }

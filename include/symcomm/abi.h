@@ -27,12 +27,45 @@ typedef unsigned long long uint64_t;
  *  built against different headers. */
 #define SYMCOMM_ABI_VERSION 1u
 
-/** Signal slots per (receiving rank, sending peer) pair in the communicator's signal area. */
-#define SYMCOMM_SIGNAL_SLOTS 256u
-/** Slots [0, SYMCOMM_USER_SIGNAL_SLOTS) are for `signal_set` / `signal_wait_until`. */
-#define SYMCOMM_USER_SIGNAL_SLOTS 64u
-/** Barrier index i uses slot SYMCOMM_USER_SIGNAL_SLOTS + i; i < SYMCOMM_BARRIER_SLOTS. */
-#define SYMCOMM_BARRIER_SLOTS 192u
+/* The signal area. Every (owner rank, writing peer) pair has SYMCOMM_SIGNAL_WORDS signal words:
+ * 64-bit words in the owner's signal array that only the peer writes (epochs: values only grow).
+ * They are split once, here, into ranges that tile the words without overlap (static assertions
+ * at the end of this file):
+ *
+ *   [0, SYMCOMM_USER_SIGNAL_END)                          users' signals (signal_set,
+ *                                                         signal_add, signal_wait_until,
+ *                                                         put_with_signal)
+ *   [SYMCOMM_BARRIER_WORD_FIRST, SYMCOMM_P2P_FIRST_WORD)  barriers: barrier index i is word
+ *                                                         SYMCOMM_BARRIER_WORD_FIRST + i
+ *   [SYMCOMM_P2P_FIRST_WORD, SYMCOMM_SIGNAL_WORDS)        send/recv (the built-in sendrecv)
+ *
+ * Barrier indices are split in turn: [0, SYMCOMM_HOST_BARRIER_END) belong to the host's
+ * collectives (SYMCOMM_HOST_LANE_BARRIERS per stream lane), [SYMCOMM_USER_BARRIER_FIRST,
+ * SYMCOMM_USER_BARRIER_END) to users' kernels, which may run concurrently with host collectives.
+ * `barrier()` refuses an index >= SYMCOMM_USER_BARRIER_END and the signal functions a word >=
+ * SYMCOMM_USER_SIGNAL_END, so no user call can reach the send/recv words. */
+/** Signal words per (owner rank, writing peer) pair (`DevComm::signal_words`). */
+#define SYMCOMM_SIGNAL_WORDS 256u
+/** Users' signal words: [0, SYMCOMM_USER_SIGNAL_END). */
+#define SYMCOMM_USER_SIGNAL_END 64u
+/** Barrier index i uses signal word SYMCOMM_BARRIER_WORD_FIRST + i (right after the users'). */
+#define SYMCOMM_BARRIER_WORD_FIRST SYMCOMM_USER_SIGNAL_END
+/** Barrier indices of one stream lane of the host's collectives (also the most CTAs of one host
+ *  collective launch): lane k uses [k * SYMCOMM_HOST_LANE_BARRIERS, (k + 1) * ...). */
+#define SYMCOMM_HOST_LANE_BARRIERS 64u
+/** Barrier indices of the host's collectives: [0, SYMCOMM_HOST_BARRIER_END), two lanes. */
+#define SYMCOMM_HOST_BARRIER_END (2u * SYMCOMM_HOST_LANE_BARRIERS)
+/** First barrier index of users' kernels (host collectives never use it or any above). */
+#define SYMCOMM_USER_BARRIER_FIRST SYMCOMM_HOST_BARRIER_END
+/** Signal words of send/recv per (owner, peer) pair: message length, data ready, data consumed,
+ *  and the owner's own counters of chunks sent to / received from the peer. */
+#define SYMCOMM_P2P_WORDS 5u
+/** First signal word of send/recv: [SYMCOMM_P2P_FIRST_WORD, SYMCOMM_SIGNAL_WORDS). */
+#define SYMCOMM_P2P_FIRST_WORD (SYMCOMM_SIGNAL_WORDS - SYMCOMM_P2P_WORDS)
+/** End (exclusive) of the barrier indices, and of users' barrier indices
+ *  [SYMCOMM_USER_BARRIER_FIRST, SYMCOMM_USER_BARRIER_END): the last barrier word is the one
+ *  before the send/recv words. */
+#define SYMCOMM_USER_BARRIER_END (SYMCOMM_P2P_FIRST_WORD - SYMCOMM_BARRIER_WORD_FIRST)
 
 /* Status of a device-side wait or operation (also the `status` of an ErrorRecord). */
 /** Completed. */
@@ -99,6 +132,8 @@ typedef unsigned long long uint64_t;
 #define SYMCOMM_OP_BARRIER 2u
 /** A collective refused its arguments (detail: the collective kind). */
 #define SYMCOMM_OP_COLLECTIVE 3u
+/** A signal (`signal_set`, `signal_add`, `put_with_signal`) refused its arguments. */
+#define SYMCOMM_OP_SIGNAL 4u
 
 /* Collective kinds (CollArgs::kind; part of the fingerprint, so ranks must agree on the
  * algorithm too). */
@@ -121,19 +156,20 @@ typedef unsigned long long uint64_t;
 /** Number of collective kinds. */
 #define SYMCOMM_COLL_COUNT 8u
 
-/** Grid scope: every CTA of the launch works on one buffer; CTA b uses barrier slot index + b. */
+/** Grid scope: every CTA of the launch works on one buffer; CTA b uses barrier index index + b. */
 #define SYMCOMM_SCOPE_GRID 0u
 /** CTA scope: each CTA b runs its own collective on the tile at offset + b * tile_stride, with
- *  barrier slot index + b. */
+ *  barrier index index + b. */
 #define SYMCOMM_SCOPE_CTA 1u
 
 /**
  * Device handle of a communicator (one per rank), passed to kernels by value.
  *
  * Signal area: rank r's signal array lives at `signal_base + r * signal_stride` (flat layout, every
- * rank's array is addressable by every rank). Inside a rank's array, the slots written by peer p
- * are `[p * signal_slots, (p + 1) * signal_slots)`, each a `uint64_t` that only grows (epochs are
- * never reset in place, so back-to-back launches and graph replay stay correct).
+ * rank's array is addressable by every rank). Inside a rank's array, the signal words written by
+ * peer p are `[p * signal_words, (p + 1) * signal_words)`, each a `uint64_t` that only grows
+ * (epochs are never reset in place, so back-to-back launches and graph replay stay correct); the
+ * ranges of those words are at SYMCOMM_SIGNAL_WORDS.
  */
 typedef struct DevComm {
     /** SYMCOMM_ABI_VERSION of the host that built this handle. */
@@ -142,8 +178,8 @@ typedef struct DevComm {
     uint32_t rank;
     /** Ranks in the team. */
     uint32_t nranks;
-    /** Signal slots per peer (SYMCOMM_SIGNAL_SLOTS). */
-    uint32_t signal_slots;
+    /** Signal words per peer (SYMCOMM_SIGNAL_WORDS). */
+    uint32_t signal_words;
     /** Device address of rank 0's signal array. */
     uint64_t signal_base;
     /** Bytes between consecutive ranks' signal arrays. */
@@ -187,7 +223,7 @@ typedef struct ErrorRecord {
     uint32_t peer;
     /** SYMCOMM_OP_* that failed. */
     uint32_t op;
-    /** Operation-specific detail (the slot, the awaited value). */
+    /** Operation-specific detail (a barrier index, an awaited value, a signal word). */
     uint64_t detail;
     /** Time of the error (%globaltimer or the emulator's steady clock), nanoseconds. */
     uint64_t time_ns;
@@ -215,7 +251,7 @@ typedef struct CollArgs {
     uint32_t root;
     /** SYMCOMM_SCOPE_* */
     uint32_t scope;
-    /** First barrier slot */
+    /** First barrier index (CTA b of the launch uses index + b) */
     uint32_t index;
     /** Elements per rank block (see each collective) */
     uint64_t count;
@@ -234,17 +270,6 @@ typedef struct CollArgs {
 /* Point-to-point (the built-in kernel `symcomm_sendrecv`, host `send` / `recv` / groups). */
 /** Most send and receive operations in one launch (one CTA each). */
 #define SYMCOMM_P2P_MAX_OPS 32u
-/** Signal slots [SYMCOMM_P2P_FIRST_SLOT, SYMCOMM_SIGNAL_SLOTS) of every (rank, peer) pair belong
- *  to send/recv: message length, data ready, data consumed, and this rank's own counters of
- *  chunks sent to / received from the peer. They alias barrier indices 187..191, which nothing
- *  uses. */
-#define SYMCOMM_P2P_FIRST_SLOT 251u
-/** Barrier indices of users' kernels: [SYMCOMM_USER_BARRIER_FIRST, SYMCOMM_USER_BARRIER_END).
- *  Host collectives use [0, SYMCOMM_USER_BARRIER_FIRST) (64 per stream, two streams). */
-#define SYMCOMM_USER_BARRIER_FIRST 128u
-/** End of the users' barrier indices (exclusive). */
-#define SYMCOMM_USER_BARRIER_END 187u
-
 /** Kinds of P2pOp. */
 /** Receive `bytes` bytes from `peer` into `addr`. */
 #define SYMCOMM_P2P_RECV 0u
@@ -308,6 +333,19 @@ SYMCOMM_ABI_ASSERT(__builtin_offsetof(ErrorRecord, detail) == 16, "ErrorRecord.d
 SYMCOMM_ABI_ASSERT(sizeof(CollArgs) == 120 && SYMCOMM_ABI_ALIGNOF(CollArgs) == 8, "CollArgs layout");
 SYMCOMM_ABI_ASSERT(sizeof(P2pOp) == 32 && SYMCOMM_ABI_ALIGNOF(P2pOp) == 8, "P2pOp layout");
 SYMCOMM_ABI_ASSERT(sizeof(P2pArgs) == 40 + 32 * SYMCOMM_P2P_MAX_OPS && SYMCOMM_ABI_ALIGNOF(P2pArgs) == 8, "P2pArgs layout");
+/* The signal-word ranges tile [0, SYMCOMM_SIGNAL_WORDS) in order, without overlap or gap, and the
+ * barrier indices split into the host's lanes and the users' range. */
+SYMCOMM_ABI_ASSERT(SYMCOMM_USER_SIGNAL_END > 0 && SYMCOMM_BARRIER_WORD_FIRST == SYMCOMM_USER_SIGNAL_END,
+                   "barrier words start where the users' signal words end");
+SYMCOMM_ABI_ASSERT(SYMCOMM_BARRIER_WORD_FIRST + SYMCOMM_USER_BARRIER_END == SYMCOMM_P2P_FIRST_WORD,
+                   "the last barrier word is right before the send/recv words");
+SYMCOMM_ABI_ASSERT(SYMCOMM_P2P_FIRST_WORD + SYMCOMM_P2P_WORDS == SYMCOMM_SIGNAL_WORDS,
+                   "the send/recv words end the signal words");
+SYMCOMM_ABI_ASSERT(SYMCOMM_HOST_BARRIER_END % SYMCOMM_HOST_LANE_BARRIERS == 0,
+                   "host barrier indices are whole lanes");
+SYMCOMM_ABI_ASSERT(SYMCOMM_USER_BARRIER_FIRST == SYMCOMM_HOST_BARRIER_END &&
+                       SYMCOMM_USER_BARRIER_FIRST < SYMCOMM_USER_BARRIER_END,
+                   "users' barrier indices follow the host's and are not empty");
 #undef SYMCOMM_ABI_ASSERT
 #undef SYMCOMM_ABI_ALIGNOF
 

@@ -1,10 +1,15 @@
 // symcomm device library: barriers across the ranks of a communicator.
 //
-// A barrier is a signal exchange on one of the communicator's barrier slots: every rank
-// release-stores `(epoch << 32) | fingerprint` into the slot that each peer reserves for it, then
-// acquire-polls its own slots until every peer reached the same epoch. The epoch comes from the
-// rank's own slot (the one it reserves for itself), so it lives in device memory, only grows, and
-// needs no host help across back-to-back launches or CUDA-graph replay.
+// A barrier is a signal exchange on the signal word of one barrier index (word
+// SYMCOMM_BARRIER_WORD_FIRST + index, abi.h): every rank release-stores
+// `(epoch << 32) | fingerprint` into the word that each peer reserves for it, then acquire-polls
+// its own words until every peer reached the same epoch. The epoch comes from the rank's own word
+// (the one it reserves for itself), so it lives in device memory, only grows, and needs no host
+// help across back-to-back launches or CUDA-graph replay.
+//
+// Barrier indices: [0, SYMCOMM_HOST_BARRIER_END) are the host collectives' (the built-in
+// kernels), [SYMCOMM_USER_BARRIER_FIRST, SYMCOMM_USER_BARRIER_END) users' kernels'; an index at
+// or above SYMCOMM_USER_BARRIER_END is refused, since its word would be one of send/recv's.
 //
 // The fingerprint (a hash of collective kind, dtype, op, count, root: `fingerprint()`) travels
 // with the epoch. A rank that sees a peer arrive at the same epoch with a different fingerprint
@@ -38,27 +43,31 @@ SYMCOMM_DEVICE uint32_t fingerprint(uint32_t kind, uint32_t dtype, uint32_t op, 
     return h;
 }
 
-/// Barrier across every rank of `comm` on barrier slot `index`.
+/// Barrier across every rank of `comm` on barrier index `index`.
 ///
 /// Who calls: every thread of group `g`, on every rank, with the same `index` and (for the call
 /// to succeed) the same `fingerprint`. At most one group per rank may use a given index at a
 /// time (grid-scope code uses `blockIdx.x`; CTA-scope code a caller-chosen index).
-/// Pre: index < SYMCOMM_BARRIER_SLOTS.
+/// Users' kernels use indices in [SYMCOMM_USER_BARRIER_FIRST, SYMCOMM_USER_BARRIER_END), which no
+/// host collective touches; [0, SYMCOMM_HOST_BARRIER_END) belong to the host's collectives.
 /// Ordering: every write made by the group's threads (on any rank, to any rank's memory) before
 /// the barrier is visible to every thread of every rank's group after its barrier returned Ok
 /// (release and acquire at system scope; the group is synchronized on entry and on return).
 /// Returns (the same on every thread of the group) Ok; Mismatch when a peer arrived with another
 /// fingerprint; Timeout when a peer did not arrive within `comm.timeout_ns`; Aborted when the
-/// abort flag was raised. Failures are recorded in the rank's ErrorRecord (op
-/// SYMCOMM_OP_BARRIER, detail = the barrier index << 32 | the peer's fingerprint on mismatch).
+/// abort flag was raised; InvalidArgument, touching no signal word, when index >=
+/// SYMCOMM_USER_BARRIER_END; at once, the status of an error the rank recorded before (in this
+/// kernel or an earlier one) when a peer has not arrived yet. Failures are recorded in the rank's ErrorRecord (op
+/// SYMCOMM_OP_BARRIER; detail = the barrier index << 32 | the peer's fingerprint on mismatch, the
+/// index << 32 on Timeout / Aborted, the index itself on InvalidArgument).
 template <typename Group>
 SYMCOMM_DEVICE_NOINLINE Status barrier(Group g, const DevComm& comm, uint32_t index, uint32_t fp = 0) {
-    if (index >= SYMCOMM_BARRIER_SLOTS) {
+    if (index >= SYMCOMM_USER_BARRIER_END) {
         if (g.thread_rank() == 0) record_error(Thread{}, comm, Status::InvalidArgument, comm.rank, SYMCOMM_OP_BARRIER, index);
         return Status::InvalidArgument;
     }
-    const uint32_t slot = SYMCOMM_USER_SIGNAL_SLOTS + index;
-    const uint64_t* self = signal_slot(comm, comm.rank, comm.rank, slot);
+    const uint32_t word = SYMCOMM_BARRIER_WORD_FIRST + index;
+    const uint64_t* self = detail::signal_word(comm, comm.rank, comm.rank, word);
     // Every thread reads the previous epoch before the sync below; the thread that stores the new
     // one into `self` does so after it.
 #if SYMCOMM_PLANTED_BUG == 6  // planted bug 6: a constant epoch instead of the one kept in device memory
@@ -75,9 +84,9 @@ SYMCOMM_DEVICE_NOINLINE Status barrier(Group g, const DevComm& comm, uint32_t in
 #endif
     for (uint32_t p = g.thread_rank(); p < comm.nranks; p += g.size()) {
 #if SYMCOMM_PLANTED_BUG == 2  // planted bug 2: arrive with a relaxed store instead of a release
-        st_relaxed<Scope::Sys>(signal_slot(comm, p, comm.rank, slot), mine);
+        st_relaxed<Scope::Sys>(detail::signal_word(comm, p, comm.rank, word), mine);
 #else
-        st_release<Scope::Sys>(signal_slot(comm, p, comm.rank, slot), mine);
+        st_release<Scope::Sys>(detail::signal_word(comm, p, comm.rank, word), mine);
 #endif
     }
     Status s = Status::Ok;
@@ -86,7 +95,7 @@ SYMCOMM_DEVICE_NOINLINE Status barrier(Group g, const DevComm& comm, uint32_t in
         // Reached: the peer's epoch is ours or later (wrap-safe); a later epoch means the peer
         // already passed this barrier, which it could only do after checking our fingerprint.
         s = poll_until<Scope::Sys>(
-            Thread{}, comm, signal_slot(comm, comm.rank, p, slot),
+            Thread{}, comm, detail::signal_word(comm, comm.rank, p, word),
             [epoch](uint64_t v) { return int32_t(uint32_t(v >> 32) - epoch) >= 0; }, p, SYMCOMM_OP_BARRIER,
             uint64_t(index) << 32, seen);
         if (s == Status::Ok && uint32_t(seen >> 32) == epoch && uint32_t(seen) != fp) {

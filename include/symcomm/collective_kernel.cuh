@@ -1,6 +1,6 @@
 // The built-in collective kernel: one launch runs one collective of the device library
 // (collectives.cuh) described by a CollArgs, at grid scope (every CTA on one buffer) or CTA
-// scope (CTA b runs its own collective on the tile at offset + b * tile_stride, barrier slot
+// scope (CTA b runs its own collective on the tile at offset + b * tile_stride, barrier index
 // index + b). Host collectives launch it; the tests drive every dtype, op, kind and scope
 // through it on the emulator and on GPUs.
 //

@@ -3,10 +3,10 @@
 // Every collective is a collective call of one CTA (`Cta` group) on every rank, at one of two
 // scopes (`CollScope`):
 //   - grid scope (`grid_scope(first_slot)`): every CTA of the launch calls it with the same
-//     arguments; CTA b works on the b-th part of the elements and uses barrier slot
+//     arguments; CTA b works on the b-th part of the elements and uses barrier index
 //     first_slot + b. Every rank must launch the same grid.
 //   - CTA scope (`cta_scope(slot)`): the calling CTA alone does the whole collective on its own
-//     barrier slot (a GEMM epilogue reducing its own tile). Other CTAs may run other CTA-scope
+//     barrier index (a GEMM epilogue reducing its own tile). Other CTAs may run other CTA-scope
 //     collectives on other slots at the same time.
 //
 // Buffers are symmetric windows (`WindowHandle<T>`) with element offsets; `src` and `dst` may be
@@ -56,14 +56,14 @@ namespace symcomm {
 struct CollScope {
     /// 1 for grid scope, 0 for CTA scope.
     uint32_t grid;
-    /// Grid scope: first barrier slot; CTA scope: the barrier slot.
+    /// Grid scope: first barrier index; CTA scope: the barrier index.
     uint32_t index;
 };
 
-/// Grid scope: every CTA of the launch cooperates; CTA b uses barrier slot `first_slot + b`.
+/// Grid scope: every CTA of the launch cooperates; CTA b uses barrier index `first_slot + b`.
 SYMCOMM_DEVICE CollScope grid_scope(uint32_t first_slot = 0) { return CollScope{1u, first_slot}; }
 
-/// CTA scope: the calling CTA alone, on barrier slot `slot`.
+/// CTA scope: the calling CTA alone, on barrier index `slot`.
 SYMCOMM_DEVICE CollScope cta_scope(uint32_t slot) { return CollScope{0u, slot}; }
 
 namespace detail {
@@ -72,7 +72,7 @@ SYMCOMM_DEVICE uint32_t linear_block_index() { return blockIdx.x + gridDim.x * (
 SYMCOMM_DEVICE uint32_t grid_blocks() { return gridDim.x * gridDim.y * gridDim.z; }
 SYMCOMM_DEVICE uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
-/// The elements [lo, hi) of [begin, end) this CTA handles, and its barrier slot. Grid scope cuts
+/// The elements [lo, hi) of [begin, end) this CTA handles, and its barrier index. Grid scope cuts
 /// at multiples of `quantum` elements (a pack) so that parts stay vector-aligned.
 struct Part {
     uint64_t lo, hi;

@@ -19,7 +19,7 @@
 //   barrier(g, comm, slot, fp)      no rank reads this rank's input any more: it may be
 //                                   overwritten (the next layer's GEMM) once the kernel returns
 //
-// `slot` is the CTA's barrier slot (a caller-chosen base + blockIdx.x, < SYMCOMM_BARRIER_SLOTS)
+// `slot` is the CTA's barrier index (a caller-chosen base + blockIdx.x, < SYMCOMM_USER_BARRIER_END)
 // and `fp` a fingerprint() of what the call is, so that ranks calling different things fail
 // with Status::Mismatch instead of reading garbage.
 #pragma once

@@ -51,17 +51,26 @@ SYMCOMM_DEVICE void get(Group g, WindowHandle<T> src, uint32_t peer, uint64_t so
 }
 
 /// Put with signal: put, then the group synchronizes and one thread release-stores `value` into
-/// the signal slot `slot` that `peer` reserves for this rank. When the peer's
-/// `signal_wait_until(..., rank, slot, value)` returns Ok, every element of the put is visible to
+/// the signal word `word` that `peer` reserves for this rank. When the peer's
+/// `signal_wait_until(..., rank, word, value)` returns Ok, every element of the put is visible to
 /// it (bar.sync + a cumulative release at system scope).
-/// Who calls: every thread of `g`, same arguments. Pre: as for put, slot < SYMCOMM_USER_SIGNAL_SLOTS,
-/// value larger than any earlier value of that slot.
+/// Who calls: every thread of `g`, same arguments. Pre: as for put, value larger than any earlier
+/// value of that word.
+/// Returns (the same on every thread) Ok, or InvalidArgument unless peer < comm.nranks and
+/// word < SYMCOMM_USER_SIGNAL_END: then nothing is copied or stored, and the error is recorded
+/// (op SYMCOMM_OP_SIGNAL, detail `peer << 32 | word`).
 template <typename Group, typename T>
-SYMCOMM_DEVICE void put_with_signal(Group g, const DevComm& comm, WindowHandle<T> dst, uint32_t peer, uint64_t doff,
-                                    const T* src, uint64_t count, uint32_t slot, uint64_t value) {
+SYMCOMM_DEVICE Status put_with_signal(Group g, const DevComm& comm, WindowHandle<T> dst, uint32_t peer,
+                                      uint64_t doff, const T* src, uint64_t count, uint32_t word, uint64_t value) {
+    // Checked before the copy: a peer outside the team has no copy of `dst` to write.
+    if (!detail::is_user_signal(comm, peer, word)) {
+        if (g.thread_rank() == 0) detail::refuse_signal(Thread{}, comm, peer, word, SYMCOMM_OP_SIGNAL);
+        return Status::InvalidArgument;
+    }
     put(g, dst, peer, doff, src, count);
     g.sync();
-    if (g.thread_rank() == 0) signal_set(Thread{}, comm, peer, slot, value);
+    if (g.thread_rank() == 0) detail::signal_store<Scope::Sys>(comm, peer, word, value);
+    return Status::Ok;
 }
 
 }  // namespace symcomm

@@ -1,14 +1,22 @@
 // symcomm device library: signals between ranks, bounded waits, error records.
 //
-// A signal is a 64-bit slot in the communicator's signal area that only grows (an epoch). Rank p
-// signals rank r by release-storing (or release-adding) into r's slot reserved for p; r waits with
-// acquire loads until the slot reaches a value. Slots are never reset in place, so back-to-back
-// launches and CUDA-graph replay need no host intervention: callers derive the next epoch from
-// state kept in device memory.
+// A signal is a 64-bit signal word in the communicator's signal area that only grows (an epoch).
+// Rank p signals rank r by release-storing (or release-adding) into r's word reserved for p; r
+// waits with acquire loads until the word reaches a value. Words are never reset in place, so
+// back-to-back launches and CUDA-graph replay need no host intervention: callers derive the next
+// epoch from state kept in device memory.
+//
+// Users' signals (signal_set, signal_add, signal_wait_until) take words in
+// [0, SYMCOMM_USER_SIGNAL_END) only and refuse any other word (and a peer outside the team) with
+// Status::InvalidArgument, touching nothing: the words above belong to barriers and send/recv
+// (abi.h), and a stray user signal there would corrupt their epochs. The library's own code
+// (barrier.cuh, the built-in kernels) reaches its words through the unchecked detail:: functions.
 //
 // Every wait is bounded, in release builds too: it polls the communicator's abort flag and a
 // deadline (`DevComm::timeout_ns`) and returns a Status instead of spinning forever. A failed wait
 // records the first error of the rank in its ErrorRecord, where the host reads it after the kernel.
+// Once that record holds an error, every later wait of the rank (in this kernel or a later one)
+// returns that error's status at once instead of waiting for its deadline.
 #pragma once
 
 #include <symcomm/group.cuh>
@@ -26,13 +34,18 @@ enum class Status : uint32_t {
     InvalidArgument = SYMCOMM_STATUS_INVALID_ARGUMENT,
 };
 
-/// Address of the signal slot `slot` that rank `owner` reserves for writes from rank `from`.
-/// Pre: owner, from < comm.nranks; slot < comm.signal_slots.
-SYMCOMM_DEVICE uint64_t* signal_slot(const DevComm& comm, uint32_t owner, uint32_t from, uint32_t slot) {
+namespace detail {
+
+/// Address of signal word `word` that rank `owner` reserves for writes from rank `from`; no range
+/// check (the library's own words: barriers, send/recv). Pre: owner, from < comm.nranks;
+/// word < comm.signal_words.
+SYMCOMM_DEVICE uint64_t* signal_word(const DevComm& comm, uint32_t owner, uint32_t from, uint32_t word) {
     uint64_t addr = comm.signal_base + owner * comm.signal_stride +
-                    (uint64_t(from) * comm.signal_slots + slot) * sizeof(uint64_t);
+                    (uint64_t(from) * comm.signal_words + word) * sizeof(uint64_t);
     return reinterpret_cast<uint64_t*>(addr);
 }
+
+}  // namespace detail
 
 /// Records `status` as this rank's first error (later errors are dropped), with the peer, the
 /// operation (SYMCOMM_OP_*) and a detail word. Any thread may call it; it never blocks.
@@ -51,41 +64,34 @@ SYMCOMM_DEVICE void record_error(Thread, const DevComm& comm, Status status, uin
     }
 }
 
+/// The status of this rank's first recorded error (Ok while none was recorded). A relaxed load:
+/// the status is all a wait needs to give up, and the host reads the other fields only after
+/// the kernel finished.
+SYMCOMM_DEVICE Status recorded_error(const DevComm& comm) {
+    const ErrorRecord* rec = reinterpret_cast<const ErrorRecord*>(comm.error);
+    return rec == nullptr ? Status::Ok : Status(ld_relaxed<Scope::Sys>(&rec->status));
+}
+
 /// True once the host (or a peer's failure handling) raised the communicator's abort flag.
 SYMCOMM_DEVICE bool abort_requested(const DevComm& comm) {
     const uint32_t* flag = reinterpret_cast<const uint32_t*>(comm.abort_flag);
     return flag != nullptr && ld_relaxed<Scope::Sys>(flag) != 0;
 }
 
-/// Signals `peer`: release-stores `value` into the slot `slot` that `peer` reserves for this rank.
-/// Called by one thread. Everything this thread wrote before (and, cumulatively, what it observed,
-/// e.g. its CTA's writes after a `__syncthreads()`) is visible to the peer once its wait returns.
-/// Pre: value is larger than any value stored in that slot before (epochs only grow).
-template <Scope S = Scope::Sys>
-SYMCOMM_DEVICE void signal_set(Thread, const DevComm& comm, uint32_t peer, uint32_t slot, uint64_t value) {
-#if SYMCOMM_PLANTED_BUG == 7  // planted bug 7: signal with a relaxed store instead of a release
-    st_relaxed<S>(signal_slot(comm, peer, comm.rank, slot), value);
-#else
-    st_release<S>(signal_slot(comm, peer, comm.rank, slot), value);
-#endif
-}
-
-/// Signals `peer` by adding: release-adds `delta` to the slot `slot` that `peer` reserves for this
-/// rank (an atomic read-modify-write, so several threads or CTAs of this rank may add to the same
-/// slot; the peer waits for the sum). Called by one thread; ordering as for signal_set.
-/// Returns the slot's previous value.
-template <Scope S = Scope::Sys>
-SYMCOMM_DEVICE uint64_t signal_add(Thread, const DevComm& comm, uint32_t peer, uint32_t slot, uint64_t delta) {
-    return atomic_add_release<S>(signal_slot(comm, peer, comm.rank, slot), delta);
-}
-
 /// Polls the 64-bit word `p` with acquire loads until `done(value)` holds; the bounded wait
 /// under every symcomm wait. Called by one thread. Returns Ok (with `seen` = the value that
 /// satisfied `done`, acquire ordering), or Aborted / Timeout after recording the error with
-/// `peer`, `op` and `detail` in the rank's ErrorRecord.
+/// `peer`, `op` and `detail` in the rank's ErrorRecord, or, when that record already holds an
+/// error (this kernel's or an earlier one's), that error's status at once, recording nothing
+/// (the record keeps the first error): a rank that failed is broken, and kernels queued behind
+/// the failed one must not each wait out a full deadline.
 template <Scope S, typename Done>
 SYMCOMM_DEVICE Status poll_until(Thread t, const DevComm& comm, const uint64_t* p, Done done, uint32_t peer,
                                  uint32_t op, uint64_t detail, uint64_t& seen) {
+    // The abort flag and the error record are host-mapped (a PCIe round trip per read on a GPU),
+    // so they are read on the first miss and then once every kFlagSpins spins, not every spin;
+    // the deadline is checked every spin (the timer is local).
+    constexpr uint32_t kFlagSpins = 64;
 #if SYMCOMM_PLANTED_BUG == 3  // planted bug 3: the wait polls with relaxed loads instead of acquires
     seen = ld_relaxed<S>(p);
 #else
@@ -94,16 +100,20 @@ SYMCOMM_DEVICE Status poll_until(Thread t, const DevComm& comm, const uint64_t* 
     if (done(seen)) return Status::Ok;
     const uint64_t start = globaltimer_ns();
     for (uint32_t spins = 0;; ++spins) {
+        if (spins % kFlagSpins == 0) {
+            if (abort_requested(comm)) {
+                record_error(t, comm, Status::Aborted, peer, op, detail);
+                return Status::Aborted;
+            }
+            const Status first = recorded_error(comm);
+            if (first != Status::Ok) return first;
+        }
 #if SYMCOMM_PLANTED_BUG == 3  // planted bug 3 (as above)
         seen = ld_relaxed<S>(p);
 #else
         seen = ld_acquire<S>(p);
 #endif
         if (done(seen)) return Status::Ok;
-        if (abort_requested(comm)) {
-            record_error(t, comm, Status::Aborted, peer, op, detail);
-            return Status::Aborted;
-        }
         if (globaltimer_ns() - start > comm.timeout_ns) {
             record_error(t, comm, Status::Timeout, peer, op, detail);
             return Status::Timeout;
@@ -112,15 +122,84 @@ SYMCOMM_DEVICE Status poll_until(Thread t, const DevComm& comm, const uint64_t* 
     }
 }
 
-/// Waits until the slot `slot` that this rank reserves for `peer` holds a value >= `value`.
-/// Called by one thread. Returns Status::Ok with acquire ordering (the peer's writes before its
-/// signal are visible), or Timeout / Aborted after recording the error; never spins forever.
-template <Scope S = Scope::Sys>
-SYMCOMM_DEVICE Status signal_wait_until(Thread t, const DevComm& comm, uint32_t peer, uint32_t slot,
-                                        uint64_t value) {
+namespace detail {
+
+/// Release-stores `value` into the signal word `word` that `peer` reserves for this rank, with no
+/// range check (signal_set's store, also used for the library's own words).
+template <Scope S>
+SYMCOMM_DEVICE void signal_store(const DevComm& comm, uint32_t peer, uint32_t word, uint64_t value) {
+#if SYMCOMM_PLANTED_BUG == 7  // planted bug 7: signal with a relaxed store instead of a release
+    st_relaxed<S>(signal_word(comm, peer, comm.rank, word), value);
+#else
+    st_release<S>(signal_word(comm, peer, comm.rank, word), value);
+#endif
+}
+
+/// Waits until the signal word `word` that this rank reserves for `peer` holds >= `value`, with no
+/// range check (signal_wait_until's wait, also used for the library's own words).
+template <Scope S>
+SYMCOMM_DEVICE Status signal_wait_word(Thread t, const DevComm& comm, uint32_t peer, uint32_t word,
+                                       uint64_t value) {
     uint64_t seen;
-    return poll_until<S>(t, comm, signal_slot(comm, comm.rank, peer, slot),
+    return poll_until<S>(t, comm, signal_word(comm, comm.rank, peer, word),
                          [value](uint64_t v) { return v >= value; }, peer, SYMCOMM_OP_SIGNAL_WAIT, value, seen);
+}
+
+/// Whether `peer` and `word` name a users' signal word: peer < comm.nranks and word <
+/// SYMCOMM_USER_SIGNAL_END.
+SYMCOMM_DEVICE bool is_user_signal(const DevComm& comm, uint32_t peer, uint32_t word) {
+    return peer < comm.nranks && word < SYMCOMM_USER_SIGNAL_END;
+}
+
+/// Records the refusal of a users' signal call (`op`) on `peer` / `word` that is not
+/// is_user_signal: InvalidArgument, detail `peer << 32 | word`. Returns InvalidArgument.
+SYMCOMM_DEVICE Status refuse_signal(Thread t, const DevComm& comm, uint32_t peer, uint32_t word, uint32_t op) {
+    record_error(t, comm, Status::InvalidArgument, comm.rank, op, (uint64_t(peer) << 32) | word);
+    return Status::InvalidArgument;
+}
+
+}  // namespace detail
+
+/// Signals `peer`: release-stores `value` into the signal word `word` that `peer` reserves for
+/// this rank. Called by one thread. Everything this thread wrote before (and, cumulatively, what
+/// it observed, e.g. its CTA's writes after a `__syncthreads()`) is visible to the peer once its
+/// wait returns.
+/// Pre: value is larger than any value stored in that word before (epochs only grow).
+/// Returns Ok, or InvalidArgument (recorded: op SYMCOMM_OP_SIGNAL, detail `peer << 32 | word`,
+/// nothing stored) unless peer < comm.nranks and word < SYMCOMM_USER_SIGNAL_END.
+template <Scope S = Scope::Sys>
+SYMCOMM_DEVICE Status signal_set(Thread t, const DevComm& comm, uint32_t peer, uint32_t word, uint64_t value) {
+    if (!detail::is_user_signal(comm, peer, word)) return detail::refuse_signal(t, comm, peer, word, SYMCOMM_OP_SIGNAL);
+    detail::signal_store<S>(comm, peer, word, value);
+    return Status::Ok;
+}
+
+/// Signals `peer` by adding: release-adds `delta` to the signal word `word` that `peer` reserves
+/// for this rank (an atomic read-modify-write, so several threads or CTAs of this rank may add to
+/// the same word; the peer waits for the sum). Called by one thread; ordering as for signal_set.
+/// Stores the word's previous value into `*previous` when that is not null.
+/// Returns Ok, or InvalidArgument as signal_set does (nothing added, `*previous` untouched).
+template <Scope S = Scope::Sys>
+SYMCOMM_DEVICE Status signal_add(Thread t, const DevComm& comm, uint32_t peer, uint32_t word, uint64_t delta,
+                                 uint64_t* previous = nullptr) {
+    if (!detail::is_user_signal(comm, peer, word)) return detail::refuse_signal(t, comm, peer, word, SYMCOMM_OP_SIGNAL);
+    const uint64_t old = atomic_add_release<S>(detail::signal_word(comm, peer, comm.rank, word), delta);
+    if (previous != nullptr) *previous = old;
+    return Status::Ok;
+}
+
+/// Waits until the signal word `word` that this rank reserves for `peer` holds a value >= `value`.
+/// Called by one thread. Returns Status::Ok with acquire ordering (the peer's writes before its
+/// signal are visible), or Timeout / Aborted after recording the error, or at once the status of
+/// an error the rank recorded before; never spins forever. Returns InvalidArgument (recorded: op SYMCOMM_OP_SIGNAL_WAIT, detail `peer << 32 | word`,
+/// nothing read) unless peer < comm.nranks and word < SYMCOMM_USER_SIGNAL_END.
+template <Scope S = Scope::Sys>
+SYMCOMM_DEVICE Status signal_wait_until(Thread t, const DevComm& comm, uint32_t peer, uint32_t word,
+                                        uint64_t value) {
+    if (!detail::is_user_signal(comm, peer, word)) {
+        return detail::refuse_signal(t, comm, peer, word, SYMCOMM_OP_SIGNAL_WAIT);
+    }
+    return detail::signal_wait_word<S>(t, comm, peer, word, value);
 }
 
 /// Combines the statuses of a group's threads (a collective call of the group, which it also

@@ -9,7 +9,7 @@ pub(crate) mod values;
 use symcomm::abi::*;
 
 /// Arguments of the built-in `symcomm_collective_f32` kernel for a grid-scope one-shot sum
-/// all-reduce of `count` elements from `src` into `dst` (both at offset 0, barrier slot 0).
+/// all-reduce of `count` elements from `src` into `dst` (both at offset 0, barrier index 0).
 pub(crate) fn one_shot_sum_f32(src: WindowHandleRaw, dst: WindowHandleRaw, count: u64) -> CollArgs {
     CollArgs {
         kind: SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT,

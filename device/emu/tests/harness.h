@@ -27,7 +27,7 @@ namespace symcomm_test {
 struct Team {
     uint32_t nranks;
     uint64_t window_stride;
-    std::vector<uint64_t> signals;                   // nranks * nranks * SYMCOMM_SIGNAL_SLOTS
+    std::vector<uint64_t> signals;                   // nranks * nranks * SYMCOMM_SIGNAL_WORDS
     std::vector<std::vector<unsigned char>> windows;  // each nranks * window_stride (+16)
     std::vector<ErrorRecord> errors;                  // one per rank
     uint32_t abort_flag = 0;
@@ -36,7 +36,7 @@ struct Team {
     Team(uint32_t n, uint64_t window_bytes, uint32_t nwindows = 1)
         : nranks(n),
           window_stride((window_bytes + 255) / 256 * 256),
-          signals(size_t(n) * n * SYMCOMM_SIGNAL_SLOTS, 0),
+          signals(size_t(n) * n * SYMCOMM_SIGNAL_WORDS, 0),
           windows(nwindows, std::vector<unsigned char>(size_t(n) * ((window_bytes + 255) / 256 * 256) + 16, 0)),
           errors(n) {
         memset(errors.data(), 0, sizeof(ErrorRecord) * n);
@@ -47,9 +47,9 @@ struct Team {
         c.abi_version = SYMCOMM_ABI_VERSION;
         c.rank = rank;
         c.nranks = nranks;
-        c.signal_slots = SYMCOMM_SIGNAL_SLOTS;
+        c.signal_words = SYMCOMM_SIGNAL_WORDS;
         c.signal_base = uint64_t(uintptr_t(signals.data()));
-        c.signal_stride = uint64_t(nranks) * SYMCOMM_SIGNAL_SLOTS * sizeof(uint64_t);
+        c.signal_stride = uint64_t(nranks) * SYMCOMM_SIGNAL_WORDS * sizeof(uint64_t);
         c.abort_flag = uint64_t(uintptr_t(&abort_flag));
         c.error = uint64_t(uintptr_t(&errors[rank]));
         c.timeout_ns = timeout_ns;

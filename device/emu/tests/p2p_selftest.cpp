@@ -1,6 +1,9 @@
 // put / get / put_with_signal (include/symcomm/p2p.cuh) and signal_add on the emulator, under ThreadSanitizer
 // in scripts/emu-tsan: element sizes 1, 2, 4, 8; counts around the 16-byte pack; source and
 // destination offsets in equal and different phases; Thread, Warp and Cta groups; ranks {2, 3, 5}.
+// Then the users' signal calls (signal_set, signal_add, signal_wait_until, put_with_signal) with
+// a signal word outside [0, SYMCOMM_USER_SIGNAL_END) or a peer outside the team: each returns
+// InvalidArgument, records it, and touches no signal word and no window byte.
 //
 // Each launch: rank r put_with_signal()s its `count` elements (source region, offset `soff`) into
 // rank r+1's destination region (offset `doff`), waits for rank r-1's signal and checks what
@@ -37,11 +40,16 @@ void body(Group g, DevComm comm, WindowHandleRaw raw, uint64_t count, uint64_t s
     const WindowHandle<T> win(raw);
     const uint32_t n = comm.nranks, r = comm.rank;
     const uint32_t next = (r + 1) % n, prev = (r + n - 1) % n;
-    put_with_signal(g, comm, win, next, R + doff, win.local_ptr(soff), count, 0, epoch);
+    if (put_with_signal(g, comm, win, next, R + doff, win.local_ptr(soff), count, 0, epoch) != Status::Ok) {
+        if (g.thread_rank() == 0) atomicAdd(wrong, 1000000u);
+    }
     if (g.thread_rank() == 0 && signal_wait_until(Thread{}, comm, prev, 0, epoch) != Status::Ok) atomicAdd(wrong, 1000000u);
-    // signal_add: one increment per launch, so the slot from `prev` counts launches (== epoch).
+    // signal_add: one increment per launch, so the word from `prev` counts launches (== epoch).
     if (g.thread_rank() == 0) {
-        signal_add(Thread{}, comm, next, 1, 1);
+        uint64_t before = 0;
+        if (signal_add(Thread{}, comm, next, 1, 1, &before) != Status::Ok || before != epoch - 1) {
+            atomicAdd(wrong, 1000000u);
+        }
         if (signal_wait_until(Thread{}, comm, prev, 1, epoch) != Status::Ok) atomicAdd(wrong, 1000000u);
     }
     g.sync();
@@ -92,14 +100,17 @@ SYMCOMM_EMU_KERNEL(p2p_f64)
 
 namespace {
 
-struct Launch {
-    PutGetArgs a;
+/// The launch arguments of a kernel taking one struct `Args` by value (harness.h's `ptrs()`).
+template <typename Args>
+struct OneArg {
+    Args a;
     std::array<void*, 1> p;
     void** ptrs() {
         p = {&a};
         return p.data();
     }
 };
+using Launch = OneArg<PutGetArgs>;
 
 template <typename T>
 int run(const char* name, symcomm_emu_entry entry) {
@@ -149,8 +160,114 @@ int run(const char* name, symcomm_emu_entry entry) {
 
 }  // namespace
 
+// ---- Refused signal calls ------------------------------------------------------------------------
+
+namespace {
+
+// Which call signal_refusal makes.
+enum Call : uint32_t { kSet, kAdd, kWait, kPut, kCalls };
+const char* const kCallNames[kCalls] = {"signal_set", "signal_add", "signal_wait_until", "put_with_signal"};
+
+struct RefusalArgs {
+    DevComm comm;
+    WindowHandleRaw win;
+    uint32_t call, peer, word;
+    uint32_t* status;    // per thread of the CTA
+    uint64_t* previous;  // signal_add's previous value (left alone when refused)
+};
+
+}  // namespace
+
+/// One call of `a.call` on `a.peer` / `a.word` (thread 0 alone, or the whole CTA for
+/// put_with_signal); every thread stores the status it got.
+extern "C" __global__ void signal_refusal(RefusalArgs a) {
+    Status s = Status::Ok;
+    if (a.call == kPut) {
+        const WindowHandle<uint32_t> win(a.win);
+        s = put_with_signal(Cta{}, a.comm, win, a.peer, 0, win.local_ptr(16), 16, a.word, 1);
+    } else if (threadIdx.x == 0) {
+        if (a.call == kSet) s = signal_set(Thread{}, a.comm, a.peer, a.word, 1);
+        if (a.call == kAdd) s = signal_add(Thread{}, a.comm, a.peer, a.word, 1, a.previous);
+        if (a.call == kWait) s = signal_wait_until(Thread{}, a.comm, a.peer, a.word, 0);
+    }
+    a.status[threadIdx.x] = uint32_t(s);
+}
+SYMCOMM_EMU_KERNEL(signal_refusal)
+
+namespace {
+
+using RefusalLaunch = OneArg<RefusalArgs>;
+
+/// Every refused call: InvalidArgument on every thread that called, the record (op, detail
+/// `peer << 32 | word`, peer = the rank itself), not one signal word or window byte written.
+/// Then the last users' word, as a control: accepted.
+int refusals() {
+    const uint32_t nranks = 2, threads = 32;
+    const uint32_t words[] = {SYMCOMM_USER_SIGNAL_END, SYMCOMM_BARRIER_WORD_FIRST + SYMCOMM_USER_BARRIER_FIRST,
+                              SYMCOMM_P2P_FIRST_WORD + 1, 100000000u, 0xffffffffu};
+    struct Case {
+        uint32_t peer, word;
+    };
+    std::vector<Case> cases;
+    for (uint32_t w : words) cases.push_back({1, w});
+    cases.push_back({nranks, 0});
+    cases.push_back({0xffffffffu, 3});
+    int failures = 0;
+    for (uint32_t call = 0; call < kCalls; ++call) {
+        for (const Case& c : cases) {
+            symcomm_test::Team team(nranks, 256);
+            for (uint32_t i = 0; i < 16; ++i) reinterpret_cast<uint32_t*>(team.bytes(0))[16 + i] = 0xabc0u + i;
+            std::vector<uint32_t> status(threads, 99);
+            uint64_t previous = 12345;
+            RefusalLaunch l{{team.comm(0, 20'000'000'000ull), team.win(0), call, c.peer, c.word, status.data(), &previous},
+                            {}};
+            symcomm_test::launch(0, "signal_refusal", symcomm_emu_entry_signal_refusal, dim3(1), dim3(threads), l);
+            const ErrorRecord& e = team.errors[0];
+            const uint32_t op = call == kWait ? SYMCOMM_OP_SIGNAL_WAIT : SYMCOMM_OP_SIGNAL;
+            const uint64_t detail = (uint64_t(c.peer) << 32) | c.word;
+            bool ok = e.status == SYMCOMM_STATUS_INVALID_ARGUMENT && e.rank == 0 && e.peer == 0 && e.op == op &&
+                      e.detail == detail;
+            for (uint32_t t = 0; t < (call == kPut ? threads : 1); ++t) ok &= status[t] == SYMCOMM_STATUS_INVALID_ARGUMENT;
+            ok &= previous == 12345;
+            for (uint64_t w : team.signals) ok &= w == 0;
+            for (uint32_t r = 0; r < nranks; ++r) {
+                for (uint32_t i = 0; i < 16; ++i) {
+                    ok &= reinterpret_cast<const uint32_t*>(team.bytes(r))[i] == 0;  // put's destination
+                }
+            }
+            if (!ok) {
+                fprintf(stderr,
+                        "FAIL %s(peer %u, word %u): status %u, record {status %u, rank %u, peer %u, op %u, detail "
+                        "%#llx}, or words / bytes written\n",
+                        kCallNames[call], c.peer, c.word, status[0], e.status, e.rank, e.peer, e.op,
+                        (unsigned long long)e.detail);
+                ++failures;
+            }
+        }
+        // Control: the last users' word is accepted.
+        symcomm_test::Team team(nranks, 256);
+        std::vector<uint32_t> status(threads, 99);
+        uint64_t previous = 12345;
+        RefusalLaunch l{{team.comm(0, 20'000'000'000ull), team.win(0), call, 1, SYMCOMM_USER_SIGNAL_END - 1,
+                         status.data(), &previous},
+                        {}};
+        symcomm_test::launch(0, "signal_refusal", symcomm_emu_entry_signal_refusal, dim3(1), dim3(threads), l);
+        if (status[0] != SYMCOMM_STATUS_OK || team.errors[0].status != SYMCOMM_STATUS_OK ||
+            (call == kAdd && previous != 0)) {
+            fprintf(stderr, "FAIL %s(peer 1, word %u): status %u, record status %u\n", kCallNames[call],
+                    SYMCOMM_USER_SIGNAL_END - 1, status[0], team.errors[0].status);
+            ++failures;
+        }
+    }
+    printf("signal refusals: %s (%zu cases)\n", failures ? "FAIL" : "ok", kCalls * cases.size());
+    return failures;
+}
+
+}  // namespace
+
 int main() {
     int failures = 0;
+    failures += refusals();
     failures += run<uint8_t>("p2p_u8", symcomm_emu_entry_p2p_u8);
     failures += run<half_t>("p2p_f16", symcomm_emu_entry_p2p_f16);
     failures += run<float>("p2p_f32", symcomm_emu_entry_p2p_f32);

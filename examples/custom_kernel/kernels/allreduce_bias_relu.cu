@@ -17,10 +17,12 @@
 //      has returned here, so the next GEMM may overwrite it. Epochs only grow (device memory), so
 //      back-to-back launches and CUDA-graph replay need nothing from the host.
 //
-// Launch: 1-D grid of at most 192 - first_slot CTAs (CTA b handles rows b, b + grid, ...), any
-// 1-D block; every rank launches with the same grid, rows and cols. A failed wait (Timeout,
-// Aborted, Mismatch) is recorded in the rank's ErrorRecord (Communicator::check_error) and the
-// CTA returns.
+// Launch: 1-D grid of at most SYMCOMM_USER_BARRIER_END - first_slot CTAs (CTA b handles rows b,
+// b + grid, ...; CTA b uses barrier index first_slot + b), any 1-D block; every rank launches
+// with the same grid, rows, cols and first_slot. A user kernel takes its barrier indices from
+// [SYMCOMM_USER_BARRIER_FIRST, SYMCOMM_USER_BARRIER_END), which the host's collectives never
+// use, so it may run concurrently with them. A failed wait (Timeout, Aborted, Mismatch) is
+// recorded in the rank's ErrorRecord (Communicator::check_error) and the CTA returns.
 #include <symcomm/symcomm.cuh>
 
 using namespace symcomm;

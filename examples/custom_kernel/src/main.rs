@@ -63,7 +63,8 @@ fn run_rank(comm: &Communicator, shape: Shape) -> Result<usize> {
         .arg(&out.device_handle())
         .arg(&shape.rows)
         .arg(&shape.cols)
-        .arg(&0u32);
+        // The first of the users' barrier indices: the host's collectives use the ones below.
+        .arg(&symcomm::abi::SYMCOMM_USER_BARRIER_FIRST);
     let config = LaunchConfig::linear(shape.rows.clamp(1, 32), 128);
     let start = Instant::now();
     for _ in 0..shape.iters {
