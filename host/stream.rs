@@ -1196,10 +1196,11 @@ impl Stream {
         Ok(Graph { inner })
     }
 
-    /// Whether the stream is capturing (between [`Self::begin_capture`] and
-    /// [`Self::end_capture`]).
+    /// Whether the stream is capturing: between [`Self::begin_capture`] and
+    /// [`Self::end_capture`], or on CUDA in a capture begun by anyone else (PyTorch's graphs, the
+    /// user's own `cuStreamBeginCapture`), as the driver reports (`cuStreamIsCapturing`).
     pub fn is_capturing(&self) -> bool {
-        self.capture().is_some()
+        self.capture().is_some() || matches!(&self.inner, StreamInner::Cuda(s) if s.is_capturing())
     }
 }
 

@@ -156,3 +156,38 @@ fn planted_launch_beyond_the_budget_is_reported() {
         assert!(*took < timeout * 8, "rank {r}: {took:?}");
     }
 }
+
+/// Two ranks of one communicator on one stream: the kernel queued first would wait for its
+/// peer's, queued behind it on the same stream, until the timeout. The second rank to claim the
+/// stream is refused before anything runs, its peer fails the same call (PeerFailed) instead of
+/// waiting, and the call then goes through with a stream per rank.
+#[test]
+fn two_ranks_on_one_stream_are_refused() {
+    let _s = serial();
+    let shared = symcomm::Stream::new(&symcomm::backend::Backend::Emu).unwrap();
+    let results = with_ranks(2, Duration::from_secs(20), |comm| {
+        let (f32t, sum) = (symcomm::DataType::F32, symcomm::RedOp::Sum);
+        let w = comm.alloc_window::<f32>(1024).unwrap();
+        w.write(0, &vec![1.0f32 + comm.rank() as f32; 1024])
+            .unwrap();
+        let refused = comm.all_reduce(&w, &w, 1024, f32t, sum, &shared).err();
+        let own = comm.create_stream().unwrap();
+        comm.all_reduce(&w, &w, 1024, f32t, sum, &own).unwrap();
+        own.synchronize().unwrap();
+        comm.check_error().unwrap();
+        let mut out = vec![0f32; 1024];
+        w.read(0, &mut out).unwrap();
+        (refused.map(|e| e.to_string()), out)
+    });
+    let errors: Vec<&str> = results.iter().filter_map(|(e, _)| e.as_deref()).collect();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("of the same communicator already runs collectives")),
+        "{errors:?}"
+    );
+    for (r, (_, out)) in results.iter().enumerate() {
+        assert!(out.iter().all(|&v| v == 3.0), "rank {r}: {:?}", &out[..4]);
+    }
+}

@@ -402,6 +402,19 @@ fn attribute(dev: dsys::CUdevice, attr: dsys::CUdevice_attribute) -> Result<u32>
     Ok(u32::try_from(value).unwrap_or(0))
 }
 
+/// Whether contexts on GPU `ordinal` are shared through MPS (`CU_DEVICE_ATTRIBUTE_MPS_ENABLED`),
+/// so that kernels of different processes run concurrently.
+///
+/// # Errors
+/// [`Error::Cuda`] when the driver refuses the query (drivers before CUDA 12.2 lack it).
+pub fn mps_enabled(ordinal: usize) -> Result<bool> {
+    let dev = device_handle(ordinal)?;
+    Ok(attribute(
+        dev,
+        dsys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MPS_ENABLED,
+    )? != 0)
+}
+
 fn gpu_info(ordinal: usize, dev: dsys::CUdevice) -> Result<GpuInfo> {
     let mut name = [0 as c_char; 256];
     // SAFETY: the buffer holds `len` bytes and the driver NUL-terminates within them.
@@ -1143,6 +1156,21 @@ impl Stream {
                 ptr::null_mut(),
             )
         })
+    }
+
+    /// Whether the driver says the stream is being captured into a graph (by anyone: symcomm,
+    /// PyTorch, the user), `cuStreamIsCapturing`. A failed query counts as capturing, so that
+    /// callers refuse what a capture cannot hold rather than invalidate it.
+    pub fn is_capturing(&self) -> bool {
+        if self.ctx.bind().is_err() {
+            return true;
+        }
+        let mut status = dsys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: the context is current, `self.stream` is a live stream of it, the
+        // out-pointer is a live local.
+        let r = unsafe { dsys::cuStreamIsCapturing(self.stream, &mut status) };
+        r != dsys::CUresult::CUDA_SUCCESS
+            || status != dsys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
     }
 
     /// Enqueues a copy of `bytes` bytes from `src` at byte `src_offset` to `dst` at byte

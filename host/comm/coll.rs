@@ -296,9 +296,52 @@ impl<T: DevicePlain> Window<'_, T> {
     }
 }
 
+/// Streams in use by the collectives of every communicator of the process, with their users
+/// (communicator group, rank): two ranks of one communicator must not share a stream, since the
+/// kernel queued first would wait for its peer's, queued behind it.
+static STREAM_USERS: Mutex<Vec<(usize, u64, u32)>> = Mutex::new(Vec::new());
+
+/// A lane's entry in [`STREAM_USERS`], removed when the lane drops.
+struct StreamClaim {
+    entry: (usize, u64, u32),
+}
+
+impl StreamClaim {
+    fn take(stream: usize, group: u64, rank: u32) -> Result<StreamClaim> {
+        let mut users = STREAM_USERS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(&(_, _, other)) = users
+            .iter()
+            .find(|&&(s, g, r)| s == stream && g == group && r != rank)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "rank {rank} passed a stream that rank {other} of the same communicator already \
+                 runs collectives on: a rank's kernel would wait for its peer's, queued behind it \
+                 on the same stream; give every rank its own stream"
+            )));
+        }
+        let entry = (stream, group, rank);
+        users.push(entry);
+        Ok(StreamClaim { entry })
+    }
+}
+
+impl Drop for StreamClaim {
+    fn drop(&mut self) {
+        let mut users = STREAM_USERS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(i) = users.iter().position(|&e| e == self.entry) {
+            users.swap_remove(i);
+        }
+    }
+}
+
 /// One stream's barrier indices and staging windows.
 pub(super) struct Lane {
     stream: usize,
+    _claim: StreamClaim,
     first_barrier: u32,
     stage_in: FlatMapping,
     stage_out: FlatMapping,
@@ -652,11 +695,31 @@ impl Communicator {
                     .into(),
             ));
         }
+        let claim = if matches!(stream.cuda_raw(), Some(0 | 1)) && self.gpu_ranks > 1 {
+            Err(Error::InvalidArgument(format!(
+                "the legacy default stream: {} ranks share this GPU, and their kernels on one \
+                 stream would run one after the other while they wait for each other; create \
+                 a stream per rank (comm.create_stream())",
+                self.gpu_ranks
+            )))
+        } else {
+            StreamClaim::take(key, self.group, self.rank)
+        };
         let stage_bytes = self.staging_bytes()?;
-        let stage_in = self.alloc_flat(Ok(stage_bytes), 1, "staging input")?;
+        // The stream checks are local: a refused rank joins the allocation's agreement with its
+        // error, so that its peers fail too (PeerFailed) instead of waiting for it.
+        let (request, claim) = match claim {
+            Ok(c) => (Ok(stage_bytes), Some(c)),
+            Err(e) => (Err(e), None),
+        };
+        let stage_in = self.alloc_flat(request, 1, "staging input")?;
+        let Some(claim) = claim else {
+            return Err(Error::InvalidArgument("stream refused".into()));
+        };
         let stage_out = self.alloc_flat(Ok(stage_bytes), 1, "staging output")?;
         let lane = std::sync::Arc::new(Lane {
             stream: key,
+            _claim: claim,
             first_barrier: LANE_BARRIERS * lanes.len() as u32,
             stage_in,
             stage_out,

@@ -273,6 +273,10 @@ pub struct Communicator {
     /// emulator every rank of the host shares emulated GPU 0): the co-residency budget of each
     /// GPU is divided among them.
     gpu_ranks: u32,
+    /// The same on every rank of this communicator and different for another one (a hash of
+    /// its UniqueId): tells this communicator's ranks apart from other communicators' in the
+    /// process-wide stream registry of the collectives.
+    group: u64,
     coll: coll::CollState,
     signals: Option<FlatMapping>,
     links: Option<LocalLinks>,
@@ -384,6 +388,12 @@ impl Communicator {
             options: options.clone(),
             op_timeout: config.timeout,
             gpu_ranks: 1,
+            group: {
+                use std::hash::{Hash, Hasher};
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                config.id.to_string().hash(&mut h);
+                h.finish()
+            },
             coll: coll::CollState::default(),
             signals: None,
             links: None,
@@ -669,13 +679,17 @@ impl Communicator {
             .all_gather(TAG_DEVICES, "comparing devices", &mine)?;
         // Ranks of the local team on the same device as this one (all the same kind here, or
         // the check below fails).
-        self.gpu_ranks = self
+        let sharing: Vec<u32> = self
             .local
             .ranks()
             .iter()
-            .filter(|&&r| all.get(r as usize) == Some(&mine))
-            .count()
-            .max(1) as u32;
+            .copied()
+            .filter(|&r| all.get(r as usize) == Some(&mine))
+            .collect();
+        self.gpu_ranks = sharing.len().max(1) as u32;
+        if let Backend::Cuda(d) = &self.backend {
+            self.warn_sharing(d.ordinal(), &sharing);
+        }
         let kind = |d: &[u8]| {
             if d.first() == Some(&1) {
                 "a CUDA GPU"
@@ -704,6 +718,48 @@ impl Communicator {
             Backend::Cuda(d) => Self::peer_access(d.ordinal(), &mine[1..], &all),
         };
         self.agree(TAG_P2P, "checking peer access between the GPUs", reachable)
+    }
+
+    /// Warnings for ranks that share GPU `ordinal` (`sharing`, this rank included) where the
+    /// hardware would serialize them: fewer hardware queues (`CUDA_DEVICE_MAX_CONNECTIONS`,
+    /// default 8) than their streams, or ranks in other processes without MPS (contexts of
+    /// different processes are time-sliced, never concurrent: each barrier costs a context
+    /// switch, and a kernel waiting for a peer's runs out its time slice).
+    fn warn_sharing(&self, ordinal: usize, sharing: &[u32]) {
+        if sharing.len() < 2 {
+            return;
+        }
+        let streams = sharing.len() * coll::MAX_STREAMS;
+        let connections = std::env::var("CUDA_DEVICE_MAX_CONNECTIONS")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(8);
+        if connections < streams {
+            tracing::warn!(
+                target: "symcomm::init",
+                "rank {}: {} ranks share GPU {ordinal} with up to {streams} collective streams, \
+                 but CUDA_DEVICE_MAX_CONNECTIONS allows {connections} hardware queues: kernels \
+                 of different ranks may be serialized and wait for each other until their \
+                 timeout; set CUDA_DEVICE_MAX_CONNECTIONS={streams} or more",
+                self.rank,
+                sharing.len()
+            );
+        }
+        let me = self.table.get(self.rank as usize).map(|r| r.pid);
+        let other_processes = sharing
+            .iter()
+            .filter(|&&r| self.table.get(r as usize).map(|i| i.pid) != me)
+            .count();
+        if other_processes > 0 && !cuda::mps_enabled(ordinal).unwrap_or(false) {
+            tracing::warn!(
+                target: "symcomm::init",
+                "rank {}: GPU {ordinal} is shared with {other_processes} rank(s) in other \
+                 processes without MPS: their kernels are time-sliced, not concurrent, so every \
+                 barrier waits for a context switch; start the MPS daemon \
+                 (nvidia-cuda-mps-control -d) or run the ranks as threads of one process",
+                self.rank
+            );
+        }
     }
 
     /// Whether GPU `ordinal` (uuid `mine`) can access the GPU of every rank in `all` that is
