@@ -35,7 +35,7 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// A bounded device-side wait passed its deadline.
-    #[error("timeout on rank {rank} waiting for peer {peer} in {op}")]
+    #[error("timeout on rank {rank} waiting for peer {peer} in {op} ({detail})")]
     Timeout {
         /// Rank that timed out.
         rank: u32,
@@ -43,9 +43,11 @@ pub enum Error {
         peer: u32,
         /// Operation that waited.
         op: &'static str,
+        /// What it waited on, decoded from the error record (e.g. "barrier index 130").
+        detail: String,
     },
     /// The communicator's abort flag stopped a device-side wait.
-    #[error("aborted on rank {rank} while waiting for peer {peer} in {op}")]
+    #[error("aborted on rank {rank} while waiting for peer {peer} in {op} ({detail})")]
     Aborted {
         /// Rank that saw the abort.
         rank: u32,
@@ -53,6 +55,8 @@ pub enum Error {
         peer: u32,
         /// Operation that waited.
         op: &'static str,
+        /// What it waited on, decoded from the error record, or who aborted.
+        detail: String,
     },
     /// A rank of the communicator is gone: its process died (its control connection closed
     /// without a goodbye), it stopped sending heartbeats, or it destroyed or aborted its
@@ -160,6 +164,19 @@ pub enum Error {
         /// The I/O error.
         source: std::io::Error,
     },
+}
+
+impl Error {
+    /// The error a kernel recorded in a rank's `ErrorRecord` (`record_error` and the device
+    /// library's waits), as the host reports it after a launch: Timeout / Aborted / Mismatch /
+    /// InvalidArgument / Unsupported (ABI), with the record's operation and detail decoded into
+    /// words ("barrier index 130", "signal word 3 from peer 1", "user code 0x2a, value 7",
+    /// "grid_sync generation 4"). For users who read records themselves, e.g. from
+    /// `backend::emu::EmuTeam::error` in their own emulator tests. Pre: `rec.status` is not
+    /// SYMCOMM_STATUS_OK (an Ok record holds no error; it maps to InvalidArgument).
+    pub fn from_record(rec: &symcomm_device::abi::ErrorRecord) -> Error {
+        crate::comm::error_from_record(rec)
+    }
 }
 
 /// Why a bootstrap rendezvous was refused or broke off ([`Error::Bootstrap`]).

@@ -514,15 +514,27 @@ fn replicate(e: &Error) -> Error {
         },
         Error::UnknownKernel(s) => Error::UnknownKernel(s.clone()),
         Error::InvalidArgument(s) => Error::InvalidArgument(s.clone()),
-        Error::Timeout { rank, peer, op } => Error::Timeout {
+        Error::Timeout {
+            rank,
+            peer,
+            op,
+            detail,
+        } => Error::Timeout {
             rank: *rank,
             peer: *peer,
             op,
+            detail: detail.clone(),
         },
-        Error::Aborted { rank, peer, op } => Error::Aborted {
+        Error::Aborted {
+            rank,
+            peer,
+            op,
+            detail,
+        } => Error::Aborted {
             rank: *rank,
             peer: *peer,
             op,
+            detail: detail.clone(),
         },
         Error::Device(d) => Error::Device(replicate_device(d)),
         Error::Io { what, source } => Error::Io {

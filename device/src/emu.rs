@@ -168,9 +168,9 @@ pub unsafe fn launch(
 /// # Errors
 /// [`Error::EmuLaunch`] for an empty grid or block, dimensions over CUDA's limits, more than
 /// [`MAX_THREADS`] threads, [`MAX_CTAS`] CTAs or [`MAX_DYNAMIC_SHARED`] bytes of dynamic shared
-/// memory, a bad `SYMCOMM_EMU_STACK_BYTES` / `SYMCOMM_EMU_SMS` / `SYMCOMM_EMU_CTAS_PER_SM`, `gpu
-/// >=` [`MAX_GPUS`], a `name` containing NUL, or when the process is out of memory, threads or
-/// memory mappings; no kernel code ran then (except when a CTA could not be started midway: the
+/// memory, a bad `SYMCOMM_EMU_STACK_BYTES` / `SYMCOMM_EMU_SMS` / `SYMCOMM_EMU_CTAS_PER_SM`,
+/// `gpu >=` [`MAX_GPUS`], a `name` containing NUL, or when the process is out of memory, threads
+/// or memory mappings; no kernel code ran then (except when a CTA could not be started midway: the
 /// CTAs already running finish first).
 ///
 /// # Safety

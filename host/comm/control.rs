@@ -326,6 +326,7 @@ pub(crate) fn aborted_error(rank: u32) -> Error {
         rank,
         peer: rank,
         op: "Communicator::abort",
+        detail: "the communicator was aborted on this host".to_owned(),
     }
 }
 

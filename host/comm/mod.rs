@@ -954,7 +954,47 @@ fn op_name(op: u32) -> &'static str {
         symcomm_device::abi::SYMCOMM_OP_BARRIER => "barrier",
         symcomm_device::abi::SYMCOMM_OP_COLLECTIVE => "collective",
         symcomm_device::abi::SYMCOMM_OP_SIGNAL => "signal",
+        symcomm_device::abi::SYMCOMM_OP_USER => "user kernel",
+        symcomm_device::abi::SYMCOMM_OP_GRID_SYNC => "grid_sync",
         _ => "device operation",
+    }
+}
+
+/// What a record's operation and detail word say, in words (the encodings are at each
+/// recording site in include/symcomm: barrier.cuh, signal.cuh, grid.cuh, collectives.cuh), e.g.
+/// "barrier index 130", "signal word 3 from peer 1", "user code 0x2a, value 7".
+pub(crate) fn describe_record(rec: &ErrorRecord) -> String {
+    use symcomm_device::abi as a;
+    let (hi, lo) = ((rec.detail >> 32) as u32, rec.detail as u32);
+    let invalid = rec.status == a::SYMCOMM_STATUS_INVALID_ARGUMENT;
+    match rec.op {
+        a::SYMCOMM_OP_BARRIER if invalid => format!(
+            "barrier index {} (users' indices are [{}, {}))",
+            rec.detail,
+            a::SYMCOMM_USER_BARRIER_FIRST,
+            a::SYMCOMM_USER_BARRIER_END
+        ),
+        a::SYMCOMM_OP_BARRIER if rec.status == a::SYMCOMM_STATUS_MISMATCH => format!(
+            "barrier index {hi}: peer {} arrived with fingerprint {lo:#010x}, this rank with another",
+            rec.peer
+        ),
+        a::SYMCOMM_OP_BARRIER => format!("barrier index {hi}"),
+        a::SYMCOMM_OP_SIGNAL | a::SYMCOMM_OP_SIGNAL_WAIT if invalid => format!(
+            "signal word {lo} {} peer {hi} (users' signal words are [0, {}), peers the team's ranks)",
+            if rec.op == a::SYMCOMM_OP_SIGNAL {
+                "to"
+            } else {
+                "from"
+            },
+            a::SYMCOMM_USER_SIGNAL_END
+        ),
+        a::SYMCOMM_OP_SIGNAL_WAIT => {
+            format!("signal wait for peer {} (awaited {})", rec.peer, rec.detail)
+        }
+        a::SYMCOMM_OP_COLLECTIVE => format!("collective kind {}", rec.detail),
+        a::SYMCOMM_OP_USER => format!("user code {hi:#x}, value {lo}"),
+        a::SYMCOMM_OP_GRID_SYNC => format!("grid_sync generation {}", rec.detail),
+        op => format!("operation {op}, detail {:#x}", rec.detail),
     }
 }
 
@@ -962,32 +1002,32 @@ fn op_name(op: u32) -> &'static str {
 pub(crate) fn error_from_record(rec: &ErrorRecord) -> Error {
     use symcomm_device::abi as a;
     let op = op_name(rec.op);
+    let detail = describe_record(rec);
     match rec.status {
         a::SYMCOMM_STATUS_TIMEOUT => Error::Timeout {
             rank: rec.rank,
             peer: rec.peer,
             op,
+            detail,
         },
         a::SYMCOMM_STATUS_ABORTED => Error::Aborted {
             rank: rec.rank,
             peer: rec.peer,
             op,
+            detail,
         },
         a::SYMCOMM_STATUS_MISMATCH => Error::Mismatch {
             rank: rec.rank,
             peer: rec.peer,
-            what: format!(
-                "{op}: the peer's call fingerprint differs (detail {:#x})",
-                rec.detail
-            ),
+            what: format!("{op}: the peer's call fingerprint differs ({detail})"),
         },
         a::SYMCOMM_STATUS_ABI_MISMATCH => Error::Unsupported(format!(
             "rank {}: a kernel was built against another symcomm ABI version (host has {SYMCOMM_ABI_VERSION})",
             rec.rank
         )),
         s => Error::InvalidArgument(format!(
-            "rank {}: a device-side precondition of {op} failed (status {s}, detail {:#x})",
-            rec.rank, rec.detail
+            "rank {}: a device-side precondition of {op} failed (status {s}: {detail})",
+            rec.rank
         )),
     }
 }
@@ -1032,7 +1072,8 @@ mod tests {
             Error::Timeout {
                 rank: 2,
                 peer: 5,
-                op: "barrier"
+                op: "barrier",
+                ..
             }
         ));
         assert!(matches!(
@@ -1069,5 +1110,122 @@ mod tests {
             "{}",
             error_from_record(&refused)
         );
+    }
+
+    #[test]
+    fn device_records_are_decoded_into_words() {
+        use symcomm_device::abi as a;
+        let rec = |status, op, peer, detail| ErrorRecord {
+            status,
+            rank: 0,
+            peer,
+            op,
+            detail,
+            time_ns: 1,
+        };
+        let text = |r: ErrorRecord| error_from_record(&r).to_string();
+        let cases = [
+            (
+                rec(
+                    a::SYMCOMM_STATUS_TIMEOUT,
+                    a::SYMCOMM_OP_BARRIER,
+                    1,
+                    130 << 32,
+                ),
+                "barrier index 130",
+            ),
+            (
+                rec(
+                    a::SYMCOMM_STATUS_ABORTED,
+                    a::SYMCOMM_OP_BARRIER,
+                    1,
+                    131 << 32,
+                ),
+                "barrier index 131",
+            ),
+            (
+                rec(
+                    a::SYMCOMM_STATUS_MISMATCH,
+                    a::SYMCOMM_OP_BARRIER,
+                    1,
+                    (130 << 32) | 0xdead_beef,
+                ),
+                "barrier index 130: peer 1 arrived with fingerprint 0xdeadbeef",
+            ),
+            (
+                rec(
+                    a::SYMCOMM_STATUS_INVALID_ARGUMENT,
+                    a::SYMCOMM_OP_BARRIER,
+                    0,
+                    200,
+                ),
+                "barrier index 200 (users' indices are [128, 187))",
+            ),
+            (
+                rec(
+                    a::SYMCOMM_STATUS_INVALID_ARGUMENT,
+                    a::SYMCOMM_OP_SIGNAL_WAIT,
+                    0,
+                    (1 << 32) | 70,
+                ),
+                "signal word 70 from peer 1",
+            ),
+            (
+                rec(
+                    a::SYMCOMM_STATUS_INVALID_ARGUMENT,
+                    a::SYMCOMM_OP_SIGNAL,
+                    0,
+                    (2 << 32) | 3,
+                ),
+                "signal word 3 to peer 2",
+            ),
+            (
+                rec(a::SYMCOMM_STATUS_TIMEOUT, a::SYMCOMM_OP_SIGNAL_WAIT, 1, 7),
+                "signal wait for peer 1 (awaited 7)",
+            ),
+            (
+                rec(
+                    a::SYMCOMM_STATUS_MISMATCH,
+                    a::SYMCOMM_OP_USER,
+                    1,
+                    (0x2a << 32) | 9,
+                ),
+                "user code 0x2a, value 9",
+            ),
+            (
+                rec(a::SYMCOMM_STATUS_TIMEOUT, a::SYMCOMM_OP_GRID_SYNC, 0, 4),
+                "grid_sync generation 4",
+            ),
+            (
+                rec(
+                    a::SYMCOMM_STATUS_INVALID_ARGUMENT,
+                    a::SYMCOMM_OP_COLLECTIVE,
+                    0,
+                    3,
+                ),
+                "collective kind 3",
+            ),
+        ];
+        for (r, want) in cases {
+            let got = text(r);
+            assert!(got.contains(want), "{r:?}: {got:?} lacks {want:?}");
+        }
+        // The variant follows the status, for users' codes too.
+        assert!(matches!(
+            error_from_record(&rec(a::SYMCOMM_STATUS_MISMATCH, a::SYMCOMM_OP_USER, 1, 0)),
+            Error::Mismatch { peer: 1, .. }
+        ));
+        assert!(matches!(
+            error_from_record(&rec(
+                a::SYMCOMM_STATUS_TIMEOUT,
+                a::SYMCOMM_OP_GRID_SYNC,
+                0,
+                0
+            )),
+            Error::Timeout {
+                op: "grid_sync",
+                ..
+            }
+        ));
     }
 }

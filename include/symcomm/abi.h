@@ -134,6 +134,10 @@ typedef unsigned long long uint64_t;
 #define SYMCOMM_OP_COLLECTIVE 3u
 /** A signal (`signal_set`, `signal_add`, `put_with_signal`) refused its arguments. */
 #define SYMCOMM_OP_SIGNAL 4u
+/** A user kernel's own error (`record_user_error`; detail: the user's code << 32 | a user value). */
+#define SYMCOMM_OP_USER 5u
+/** A grid-wide sync across the CTAs of one launch (`grid_sync`; detail: the generation waited on). */
+#define SYMCOMM_OP_GRID_SYNC 6u
 
 /* Collective kinds (CollArgs::kind; part of the fingerprint, so ranks must agree on the
  * algorithm too). */

@@ -23,12 +23,12 @@
 
 namespace symcomm {
 
-/// Hash of what a collective call is (kind, dtype, reduction op, element count, root), carried
-/// by its barriers so that mismatched calls across ranks are detected. Any thread may call it.
-SYMCOMM_DEVICE uint32_t fingerprint(uint32_t kind, uint32_t dtype, uint32_t op, uint64_t count, uint32_t root) {
-    // FNV-1a over the fields, then a final avalanche (murmur3 fmix32).
+namespace detail {
+
+/// FNV-1a over the bytes of six 32-bit words, then a final avalanche (murmur3 fmix32): the hash
+/// under fingerprint() and user_fingerprint().
+SYMCOMM_DEVICE uint32_t fingerprint_words(const uint32_t (&words)[6]) {
     uint32_t h = 2166136261u;
-    const uint32_t words[6] = {kind, dtype, op, uint32_t(count), uint32_t(count >> 32), root};
     for (uint32_t i = 0; i < 6; ++i) {
         for (uint32_t b = 0; b < 4; ++b) {
             h ^= (words[i] >> (8 * b)) & 0xffu;
@@ -41,6 +41,31 @@ SYMCOMM_DEVICE uint32_t fingerprint(uint32_t kind, uint32_t dtype, uint32_t op, 
     h *= 0xc2b2ae35u;
     h ^= h >> 16;
     return h;
+}
+
+/// First hashed word of user_fingerprint ("USER"): never a collective kind (those are <
+/// SYMCOMM_COLL_COUNT), so a user fingerprint hashes different input from every collective's.
+constexpr uint32_t kUserFingerprintDomain = 0x55534552u;
+
+}  // namespace detail
+
+/// Hash of what a collective call is (kind, dtype, reduction op, element count, root), carried
+/// by its barriers so that mismatched calls across ranks are detected. Any thread may call it.
+SYMCOMM_DEVICE uint32_t fingerprint(uint32_t kind, uint32_t dtype, uint32_t op, uint64_t count, uint32_t root) {
+    const uint32_t words[6] = {kind, dtype, op, uint32_t(count), uint32_t(count >> 32), root};
+    return detail::fingerprint_words(words);
+}
+
+/// A fingerprint of a user kernel's own call: a hash of the user's `tag` (which step of the
+/// kernel, or which kernel) and up to two values (sizes, a layer number, ...). Pass it to
+/// barrier() so that ranks that reached different steps, or the same step with different sizes,
+/// get Status::Mismatch on every rank of the pair instead of exchanging data. Hashes other input
+/// than every collective's fingerprint(). Any thread may call it; equal arguments give equal
+/// fingerprints on every rank and GPU.
+SYMCOMM_DEVICE uint32_t user_fingerprint(uint32_t tag, uint64_t a = 0, uint64_t b = 0) {
+    const uint32_t words[6] = {detail::kUserFingerprintDomain, tag, uint32_t(a), uint32_t(a >> 32),
+                               uint32_t(b),                    uint32_t(b >> 32)};
+    return detail::fingerprint_words(words);
 }
 
 /// Barrier across every rank of `comm` on barrier index `index`.
@@ -103,11 +128,12 @@ SYMCOMM_DEVICE_NOINLINE Status barrier(Group g, const DevComm& comm, uint32_t in
             s = Status::Mismatch;
         }
     }
-    // The vote synchronizes the group, handing the acquired peers' writes on to every thread.
+    // The vote (plus __syncwarp for a Warp, whose vote orders no memory) synchronizes the group,
+    // handing the acquired peers' writes on to every thread.
 #if SYMCOMM_PLANTED_BUG == 4  // planted bug 4: no final group vote, each thread returns its own status
     return s;
 #else
-    return group_status(g, s);
+    return detail::group_status_ordered(g, s);
 #endif
 }
 

@@ -168,6 +168,24 @@ SYMCOMM_DEVICE uint64_t atomic_add_release(uint64_t* p, uint64_t v) {
 #endif
 }
 
+/// Atomic add of a 64-bit word with acquire-release ordering; returns the previous value. Use it
+/// where the adding thread must also see what the earlier adders released (the last arrival of
+/// `grid_sync` hands every CTA's writes on to the others).
+template <Scope S>
+SYMCOMM_DEVICE uint64_t atomic_add_acq_rel(uint64_t* p, uint64_t v) {
+#if defined(SYMCOMM_EMU)
+    return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL);
+#else
+    uint64_t old;
+    if constexpr (S == Scope::Gpu) {
+        asm volatile("atom.acq_rel.gpu.add.u64 %0, [%1], %2;" : "=l"(old) : "l"(p), "l"(v) : "memory");
+    } else {
+        asm volatile("atom.acq_rel.sys.add.u64 %0, [%1], %2;" : "=l"(old) : "l"(p), "l"(v) : "memory");
+    }
+    return old;
+#endif
+}
+
 /// Nanoseconds of a clock shared by every SM of the GPU (`%globaltimer`; emulator: steady clock).
 /// Its resolution is about a microsecond on current GPUs; use it for deadlines, not for timing.
 SYMCOMM_DEVICE uint64_t globaltimer_ns() {

@@ -216,4 +216,67 @@ SYMCOMM_DEVICE Status group_status(Group g, Status s) {
     return Status::Timeout;
 }
 
+namespace detail {
+
+/// Orders memory after a group's vote where the vote itself does not: a warp vote
+/// (`__any_sync`) exchanges predicates but is no memory barrier, so a Warp also runs `__syncwarp()`;
+/// a CTA's vote is `__syncthreads_or`, which orders memory like `__syncthreads()`; a Thread has
+/// nothing to order.
+template <typename Group>
+SYMCOMM_DEVICE void order_after_vote(Group) {}
+SYMCOMM_DEVICE void order_after_vote(Warp w) {
+#if SYMCOMM_PLANTED_BUG == 10  // planted bug 10: trust the warp vote to order memory (no __syncwarp)
+    (void)w;
+#else
+    w.sync();
+#endif
+}
+
+/// group_status followed by order_after_vote: on return every thread of the group sees what any
+/// of its threads saw before the call (in particular what one thread acquired).
+template <typename Group>
+SYMCOMM_DEVICE Status group_status_ordered(Group g, Status s) {
+    const Status all = group_status(g, s);
+    order_after_vote(g);
+    return all;
+}
+
+}  // namespace detail
+
+/// Group form of signal_wait_until: waits until the signal word `word` that this rank reserves
+/// for `peer` holds a value >= `value`.
+///
+/// Who calls: every thread of `g` (a Warp or a Cta), with the same arguments. Thread 0 of the
+/// group polls (one poller per group, so a CTA does not multiply the memory traffic of the wait
+/// by its size); the others wait at the group's vote.
+/// Ordering: thread 0's acquire load, then the group barrier (`__syncthreads_or` for a Cta,
+/// `__any_sync` plus `__syncwarp()` for a Warp) makes the peer's writes before its signal visible
+/// to every thread of the group after return: acquire in one thread and a CTA or warp barrier
+/// compose on the GPU (PTX causality order is transitive through bar.sync / bar.warp.sync), as
+/// in the emulator (the barrier is a ThreadSanitizer happens-before edge).
+/// Returns, the same on every thread: what signal_wait_until returned on thread 0 (Ok, Timeout,
+/// Aborted, an earlier recorded error's status, or InvalidArgument for a word outside
+/// [0, SYMCOMM_USER_SIGNAL_END) or a peer outside the team), recorded once.
+template <Scope S = Scope::Sys, typename Group>
+SYMCOMM_DEVICE Status signal_wait_until(Group g, const DevComm& comm, uint32_t peer, uint32_t word, uint64_t value) {
+    Status s = Status::Ok;
+    if (g.thread_rank() == 0) s = signal_wait_until<S>(Thread{}, comm, peer, word, value);
+    return detail::group_status_ordered(g, s);
+}
+
+/// Records a user kernel's own error in this rank's ErrorRecord (first error wins, as for the
+/// library's): op SYMCOMM_OP_USER, detail `code << 32 | value`, with the given `status` and
+/// `peer` (the peer involved, or this rank). The host turns it into the matching Error
+/// (Mismatch, InvalidArgument, ...) whose message names "user code 0x<code>, value <value>".
+/// Once recorded, every later wait of the rank returns `status` at once (as after the library's
+/// own errors), so a kernel that detects its own inconsistency stops its peers' waits too (they
+/// time out, or fail at once if they also record).
+/// Who calls: any thread; it never blocks. Pre: status != Status::Ok (an Ok status records
+/// nothing: it is not an error).
+SYMCOMM_DEVICE void record_user_error(Thread t, const DevComm& comm, Status status, uint32_t peer, uint32_t code,
+                                      uint32_t value = 0) {
+    if (status == Status::Ok) return;
+    record_error(t, comm, status, peer, SYMCOMM_OP_USER, (uint64_t(code) << 32) | value);
+}
+
 }  // namespace symcomm

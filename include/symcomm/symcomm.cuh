@@ -7,11 +7,13 @@
 //   config.cuh   compiler detection (nvcc, NVRTC, emulator), SYMCOMM_DEVICE, SYMCOMM_EMU_KERNEL
 //   group.cuh    cooperating groups (first argument of every primitive)
 //   memory.cuh   acquire/release/relaxed loads, stores and atomics at .gpu/.sys scope; clocks
-//   signal.cuh   per-peer signal slots, bounded waits, error records
+//   signal.cuh   per-peer signal slots, bounded waits (thread, warp, CTA), error records
+//   semaphore.cuh  semaphores: signal counts with the waiter's expected count in device memory
+//   grid.cuh     grid_sync across the CTAs of one launch (co-resident grids)
 //   window.cuh   peer addressing in symmetric windows
 //   types.cuh    element types: DataType codes, f16/bf16/fp8 storage types and conversions, traits
 //   reduce.cuh   reduction operators: RedOp codes, Accumulator, 16-byte packs, run-time dispatch
-//   barrier.cuh  barriers across ranks, with fingerprints
+//   barrier.cuh  barriers across ranks, with fingerprints (collectives' and user_fingerprint)
 //   collectives.cuh  all-reduce, all-gather, ... over windows, at grid or CTA scope
 //   p2p.cuh      put / get / put_with_signal between ranks
 //   fused.cuh    building blocks of fused kernels: peer reductions into registers, CTA/warp reductions
@@ -23,6 +25,8 @@
 #include <symcomm/memory.cuh>
 #include <symcomm/reduce.cuh>
 #include <symcomm/signal.cuh>
+#include <symcomm/semaphore.cuh>
+#include <symcomm/grid.cuh>
 #include <symcomm/types.cuh>
 #include <symcomm/window.cuh>
 #include <symcomm/barrier.cuh>

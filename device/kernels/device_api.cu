@@ -1,0 +1,224 @@
+// Test kernels of the public device API (issue 9 §5): each instantiates public templates that no
+// built-in kernel uses — barrier<Thread> / <Warp> / <Cta> with user fingerprints, the group
+// signal_wait_until, semaphore_signal / semaphore_wait for every group, grid_sync, and
+// record_user_error — and checks the data that those primitives order. They ship in the image
+// next to the ping-pong kernel so that the same kernels run on the emulator (tests/emu_device_api.rs,
+// device/emu/tests/tsan_device_api.cpp under ThreadSanitizer) and on a GPU.
+//
+// Groups are chosen at run time by `group` (GROUP_THREAD / _WARP / _CTA; each kernel says which
+// block sizes go with which). Results are small arrays of device memory that the host zeroes
+// before each launch: [status, wrong words, rounds or phases done].
+#include <symcomm/symcomm.cuh>
+
+namespace {
+
+using namespace symcomm;
+
+constexpr uint32_t GROUP_THREAD = 0;
+constexpr uint32_t GROUP_WARP = 1;
+constexpr uint32_t GROUP_CTA = 2;
+
+/// Semaphore words of the ring: data ready (from the previous rank), data consumed (from the next).
+constexpr uint32_t WORD_DATA = 0;
+constexpr uint32_t WORD_ACK = 1;
+/// Signal word of symcomm_test_group_wait.
+constexpr uint32_t WORD_GROUP_WAIT = 2;
+
+SYMCOMM_DEVICE uint32_t test_value(uint64_t round, uint32_t a, uint32_t i) {
+    return uint32_t(round * 1000003u) ^ (a * 40503u) ^ (i * 2654435761u);
+}
+
+/// The semaphore ring on one group per rank (see symcomm_test_semaphore_ring).
+template <typename Group>
+SYMCOMM_DEVICE void semaphore_ring(Group g, const DevComm& comm, WindowHandleRaw win, uint32_t rounds, uint32_t words,
+                                   uint64_t* state, uint32_t* result) {
+    const uint32_t n = comm.nranks;
+    const uint32_t rank = comm.rank;
+    const uint32_t next = (rank + 1) % n;
+    const uint32_t prev = (rank + n - 1) % n;
+    uint32_t* inbox = static_cast<uint32_t*>(peer_ptr(win, rank, 0));
+    uint32_t* outbox = static_cast<uint32_t*>(peer_ptr(win, next, 0));
+    // Every thread reads the rounds sent so far before thread 0 advances it (a group sync lies
+    // between this read and that write).
+    const uint64_t base = ld_relaxed<Scope::Gpu>(&state[2]);
+    Status s = Status::Ok;
+    uint32_t wrong = 0;
+    uint32_t done = 0;
+    for (uint32_t k = 0; k < rounds; ++k) {
+        const uint64_t round = base + k + 1;
+        // The next rank consumed the previous round's data in its inbox (our outbox).
+        if (round > 1) {
+            s = semaphore_wait(g, comm, next, WORD_ACK, &state[1]);
+            if (s != Status::Ok) break;
+        }
+        for (uint32_t i = g.thread_rank(); i < words; i += g.size()) outbox[i] = test_value(round, rank, i);
+        g.sync();  // the group's writes before thread 0's release-add
+        if (g.thread_rank() == 0) semaphore_signal(Thread{}, comm, next, WORD_DATA);
+        s = semaphore_wait(g, comm, prev, WORD_DATA, &state[0]);
+        if (s != Status::Ok) break;
+        for (uint32_t i = g.thread_rank(); i < words; i += g.size()) wrong += inbox[i] != test_value(round, prev, i);
+        g.sync();  // every read of the inbox before the acknowledgement lets the previous rank reuse it
+        if (g.thread_rank() == 0) semaphore_signal(Thread{}, comm, prev, WORD_ACK);
+        ++done;
+    }
+    atomicAdd(&result[1], wrong);
+    g.sync();
+    if (g.thread_rank() == 0) {
+        st_relaxed<Scope::Gpu>(&state[2], base + done);
+        result[0] = uint32_t(s);
+        result[2] = done;
+    }
+}
+
+/// The barrier exchange of symcomm_test_barrier on one group (`slot` of the CTA's groups).
+template <typename Group>
+SYMCOMM_DEVICE void barrier_exchange(Group g, uint32_t slot, const DevComm& comm, WindowHandleRaw win,
+                                     uint32_t index, uint32_t tag, uint32_t rounds, uint32_t words, uint32_t* result) {
+    const uint32_t rank = comm.rank;
+    const uint32_t peer = (rank + 1) % comm.nranks;
+    uint32_t* mine = static_cast<uint32_t*>(peer_ptr(win, rank, 0)) + slot * words;
+    const uint32_t* theirs = static_cast<const uint32_t*>(peer_ptr(win, peer, 0)) + slot * words;
+    const uint32_t fp = user_fingerprint(tag, words);
+    Status s = Status::Ok;
+    uint32_t wrong = 0;
+    uint32_t done = 0;
+    for (uint32_t k = 0; k < rounds; ++k) {
+        for (uint32_t i = g.thread_rank(); i < words; i += g.size()) mine[i] = test_value(k, rank, i);
+        s = barrier(g, comm, index + slot, fp);
+        if (s != Status::Ok) break;
+        for (uint32_t i = g.thread_rank(); i < words; i += g.size()) wrong += theirs[i] != test_value(k, peer, i);
+        // No rank overwrites its copy (next round, next launch) while a peer still reads it.
+        s = barrier(g, comm, index + slot, fp);
+        if (s != Status::Ok) break;
+        ++done;
+    }
+    atomicAdd(&result[1], wrong);
+    if (g.thread_rank() == 0) {
+        atomicMax(&result[0], uint32_t(s));
+        atomicAdd(&result[2], done);
+    }
+}
+
+/// symcomm_test_group_wait on one group.
+template <typename Group>
+SYMCOMM_DEVICE void group_wait(Group g, const DevComm& comm, WindowHandleRaw win, uint32_t words, uint64_t epoch,
+                               uint32_t* result) {
+    uint32_t wrong = 0;
+    Status s = Status::Ok;
+    if (comm.rank == 0) {
+        uint32_t* out = static_cast<uint32_t*>(peer_ptr(win, 1, 0));
+        for (uint32_t i = g.thread_rank(); i < words; i += g.size()) out[i] = test_value(epoch, 0, i);
+        g.sync();
+        if (g.thread_rank() == 0) s = signal_set(Thread{}, comm, 1, WORD_GROUP_WAIT, epoch);
+    } else {
+        s = signal_wait_until(g, comm, 0, WORD_GROUP_WAIT, epoch);
+        const uint32_t* in = static_cast<const uint32_t*>(peer_ptr(win, 1, 0));
+        if (s == Status::Ok) {
+            for (uint32_t i = g.thread_rank(); i < words; i += g.size()) wrong += in[i] != test_value(epoch, 0, i);
+        }
+    }
+    atomicAdd(&result[1], wrong);
+    if (g.thread_rank() == 0) atomicMax(&result[0], uint32_t(s));
+}
+
+}  // namespace
+
+/// Semaphore ring: round k, every rank writes `words` words into the next rank's copy of `win`,
+/// semaphore_signal()s it, semaphore_wait()s for the previous rank's data, checks it and
+/// acknowledges it through a second semaphore; a rank writes the next round only after the next
+/// rank acknowledged the last. All state is in device memory (`state`, 3 words per rank, zeroed
+/// once: expected data count, expected acknowledgement count, rounds sent), so the same launch
+/// with identical arguments may be repeated any number of times (graph replay) without host help.
+/// Launch: one CTA per rank; `group` GROUP_THREAD with 1 thread, GROUP_WARP with 32, GROUP_CTA
+/// with any block. Result: [status, wrong words, rounds done].
+extern "C" __global__ void symcomm_test_semaphore_ring(DevComm comm, WindowHandleRaw win, uint32_t rounds,
+                                                       uint32_t words, uint32_t group, uint64_t* state,
+                                                       uint32_t* result) {
+    if (group == GROUP_THREAD) {
+        semaphore_ring(Thread{}, comm, win, rounds, words, state, result);
+    } else if (group == GROUP_WARP) {
+        semaphore_ring(Warp{}, comm, win, rounds, words, state, result);
+    } else {
+        semaphore_ring(Cta{}, comm, win, rounds, words, state, result);
+    }
+}
+SYMCOMM_EMU_KERNEL(symcomm_test_semaphore_ring)
+
+/// Barrier exchange: `rounds` times, each group writes `words` words into its part of this rank's
+/// copy of `win`, barrier()s (fingerprint user_fingerprint(tag, words)), checks the next rank's
+/// part, and barrier()s again before the next write. GROUP_THREAD: 1 thread, barrier index
+/// `index`; GROUP_WARP: every warp w of the CTA on index + w (part w); GROUP_CTA: the CTA on
+/// `index`. Ranks that pass different tags get Mismatch. Result: [worst status, wrong words,
+/// rounds done summed over the groups].
+extern "C" __global__ void symcomm_test_barrier(DevComm comm, WindowHandleRaw win, uint32_t group, uint32_t index,
+                                                uint32_t tag, uint32_t rounds, uint32_t words, uint32_t* result) {
+    if (group == GROUP_THREAD) {
+        barrier_exchange(Thread{}, 0, comm, win, index, tag, rounds, words, result);
+    } else if (group == GROUP_WARP) {
+        barrier_exchange(Warp{}, linear_thread_index() / 32, comm, win, index, tag, rounds, words, result);
+    } else {
+        barrier_exchange(Cta{}, 0, comm, win, index, tag, rounds, words, result);
+    }
+}
+SYMCOMM_EMU_KERNEL(symcomm_test_barrier)
+
+/// Group wait (2 ranks or more; ranks above 1 do nothing): rank 0 writes `words` words into rank
+/// 1's copy of `win` and signal_set()s WORD_GROUP_WAIT to `epoch`; rank 1 waits with the group form
+/// of signal_wait_until (GROUP_WARP: one warp, 32 threads; GROUP_CTA: any block) and checks the
+/// words on every thread. `epoch` grows from launch to launch. Result: [status, wrong words].
+extern "C" __global__ void symcomm_test_group_wait(DevComm comm, WindowHandleRaw win, uint32_t group, uint32_t words,
+                                                   uint64_t epoch, uint32_t* result) {
+    if (comm.rank > 1) return;
+    if (group == GROUP_WARP) {
+        group_wait(Warp{}, comm, win, words, epoch, result);
+    } else {
+        group_wait(Cta{}, comm, win, words, epoch, result);
+    }
+}
+SYMCOMM_EMU_KERNEL(symcomm_test_group_wait)
+
+/// Grid sync: `phases` times, every thread of every CTA writes its word of `data` (one per
+/// thread of the grid), grid_sync()s, checks the word of the same thread in the next CTA, and
+/// grid_sync()s again before the next write. `state` is the grid_sync word (zeroed once, reused by
+/// every launch). CTA `skip_cta` returns at once (a CTA that never arrives; UINT32_MAX: none).
+/// Result: 3 words per CTA: [status, wrong words, phases done].
+extern "C" __global__ void symcomm_test_grid_sync(DevComm comm, uint64_t* state, uint32_t* data, uint32_t phases,
+                                                  uint32_t skip_cta, uint32_t* result) {
+    if (blockIdx.x == skip_cta) return;
+    const Cta cta{};
+    const uint32_t total = gridDim.x * blockDim.x;
+    const uint32_t me = blockIdx.x * blockDim.x + threadIdx.x;
+    const uint32_t other = (me + blockDim.x) % total;
+    uint32_t* res = &result[3 * blockIdx.x];
+    Status s = Status::Ok;
+    uint32_t wrong = 0;
+    uint32_t done = 0;
+    for (uint32_t p = 0; p < phases; ++p) {
+        data[me] = test_value(p, 0, me);
+        s = grid_sync(cta, comm, state);
+        if (s != Status::Ok) break;
+        wrong += data[other] != test_value(p, 0, other);
+        s = grid_sync(cta, comm, state);
+        if (s != Status::Ok) break;
+        ++done;
+    }
+    atomicAdd(&res[1], wrong);
+    if (cta.thread_rank() == 0) {
+        res[0] = uint32_t(s);
+        res[2] = done;
+    }
+}
+SYMCOMM_EMU_KERNEL(symcomm_test_grid_sync)
+
+/// User error: thread 0 records record_user_error(InvalidArgument, peer = this rank, `code`,
+/// `value`); then the CTA waits (group form, GROUP_WARP or GROUP_CTA) for a signal that never
+/// comes, which must return the recorded status at once. Result: [the wait's status].
+extern "C" __global__ void symcomm_test_user_error(DevComm comm, uint32_t group, uint32_t code, uint32_t value,
+                                                   uint32_t* result) {
+    if (threadIdx.x == 0) record_user_error(Thread{}, comm, Status::InvalidArgument, comm.rank, code, value);
+    __syncthreads();
+    const Status s = group == GROUP_WARP ? signal_wait_until(Warp{}, comm, comm.rank, WORD_GROUP_WAIT, ~0ull)
+                                         : signal_wait_until(Cta{}, comm, comm.rank, WORD_GROUP_WAIT, ~0ull);
+    if (threadIdx.x == 0) result[0] = uint32_t(s);
+}
+SYMCOMM_EMU_KERNEL(symcomm_test_user_error)
