@@ -8,7 +8,10 @@
 //!   library (compiled here into small probe kernels) release-stores with `st.release.sys`,
 //!   acquire-polls with `ld.acquire.sys` (never `ld.volatile`), records errors with
 //!   `atom.acq_rel.sys.cas`; every built-in kernel contains those forms; and the collective
-//!   kernels move data with 16-byte vector loads and stores.
+//!   kernels move data with 16-byte vector loads and stores. The device API test kernels
+//!   (`symcomm_test_*`, device/kernels/device_api.cu) each exercise one primitive, and carry that
+//!   primitive's forms instead: semaphores `atom.release.sys.add`, grid_sync (one GPU)
+//!   `atom.acq_rel.gpu.add` and `ld.acquire.gpu`, every one `atom.acq_rel.sys.cas`.
 //!
 //! The PTX is regenerated with the nvcc that built the image (`-ptx -arch=compute_90`, the
 //! build's flags) from the embedded sources, since the fatbin holds it compressed.
@@ -446,9 +449,21 @@ fn check_module(m: &Module, ptx: &str) {
             count(|o| is_vec16(o, "ld")),
             count(|o| is_vec16(o, "st")),
         );
+        assert!(fm.cas, "{what}: no atom.acq_rel.sys.cas");
+        if k.name.starts_with("symcomm_test_") {
+            let has = |prefix: &str| ops.iter().any(|o| o.starts_with(prefix));
+            let want: &[&str] = match k.name {
+                "symcomm_test_semaphore_ring" => &["atom.release.sys.add", "ld.acquire.sys"],
+                "symcomm_test_grid_sync" => &["atom.acq_rel.gpu.add", "ld.acquire.gpu"],
+                _ => &["ld.acquire.sys"],
+            };
+            for form in want {
+                assert!(has(form), "{what}: no {form}");
+            }
+            continue;
+        }
         assert!(fm.release_store, "{what}: no st.release.sys");
         assert!(fm.acquire_load, "{what}: no ld.acquire.sys");
-        assert!(fm.cas, "{what}: no atom.acq_rel.sys.cas");
         if k.name.starts_with("symcomm_collective_") {
             assert!(!fm.volatile_load, "{what}: ld.volatile");
             assert!(fm.vec_load, "{what}: no 16-byte vector load");

@@ -44,6 +44,8 @@ pub const PTX_ARCH: &str = "compute_90";
 pub struct DeviceBuild {
     name: String,
     sources: Vec<PathBuf>,
+    /// Directories given to [`DeviceBuild::sources_in`], watched as a whole.
+    source_dirs: Vec<PathBuf>,
     includes: Vec<PathBuf>,
     deny_spills: bool,
 }
@@ -87,6 +89,7 @@ impl DeviceBuild {
         DeviceBuild {
             name: name.to_owned(),
             sources: Vec::new(),
+            source_dirs: Vec::new(),
             includes: vec![PathBuf::from(INCLUDE_DIR)],
             deny_spills: false,
         }
@@ -98,7 +101,9 @@ impl DeviceBuild {
         self
     }
 
-    /// Adds every `.cu` file of `dir` (not recursive), in name order.
+    /// Adds every `.cu` file of `dir` (not recursive), in name order, and watches `dir` itself:
+    /// a `.cu` file added to it later (or removed) reruns the build script, so a crate's
+    /// `build.rs` need not name its kernel files.
     ///
     /// # Errors
     /// [`Error::Io`] when the directory cannot be read.
@@ -117,6 +122,7 @@ impl DeviceBuild {
         }
         found.sort();
         self.sources.extend(found);
+        self.source_dirs.push(dir.to_owned());
         Ok(self)
     }
 
@@ -151,10 +157,9 @@ impl DeviceBuild {
             println!("cargo:rerun-if-env-changed={var}");
         }
         let headers = self.headers()?;
-        for p in self.sources.iter().chain(headers.iter().map(|(p, _)| p)) {
-            println!("cargo:rerun-if-changed={}", p.display());
+        for line in self.rerun_lines(&headers) {
+            println!("{line}");
         }
-        println!("cargo:rerun-if-changed={EMU_DIR}");
 
         let mut kernels = Vec::new();
         for src in &self.sources {
@@ -245,6 +250,19 @@ impl DeviceBuild {
             nvcc,
             report,
         })
+    }
+
+    /// The `cargo:rerun-if-changed` lines of the build: every source and header file, every
+    /// source directory (cargo then reruns when a file in it is added, removed or changed) and
+    /// the emulator's directory.
+    fn rerun_lines(&self, headers: &[(PathBuf, String)]) -> Vec<String> {
+        self.sources
+            .iter()
+            .chain(headers.iter().map(|(p, _)| p))
+            .chain(self.source_dirs.iter())
+            .map(|p| format!("cargo:rerun-if-changed={}", p.display()))
+            .chain(std::iter::once(format!("cargo:rerun-if-changed={EMU_DIR}")))
+            .collect()
     }
 
     /// Every header under the include directories: (path, include name).
@@ -633,7 +651,32 @@ pub fn parse_ptxas_report(text: &str) -> Vec<PtxasEntry> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
     use super::*;
+
+    #[test]
+    fn sources_in_finds_new_kernel_files_and_watches_the_directory() {
+        let dir = std::env::temp_dir().join(format!("symcomm-build-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in ["b.cu", "a.cu", "notes.txt", "c.cuh"] {
+            std::fs::write(dir.join(f), "").unwrap();
+        }
+        let build = DeviceBuild::new("t").sources_in(&dir).unwrap();
+        assert_eq!(build.sources, [dir.join("a.cu"), dir.join("b.cu")]);
+        let lines = build.rerun_lines(&[]);
+        for want in [dir.join("a.cu"), dir.join("b.cu"), dir.clone()] {
+            let line = format!("cargo:rerun-if-changed={}", want.display());
+            assert!(lines.contains(&line), "{lines:?} lacks {line}");
+        }
+        assert!(lines.contains(&format!("cargo:rerun-if-changed={EMU_DIR}")));
+        // A file added later is found by the next run (the one the directory line triggers).
+        std::fs::write(dir.join("new_kernel.cu"), "").unwrap();
+        let again = DeviceBuild::new("t").sources_in(&dir).unwrap();
+        assert!(again.sources.contains(&dir.join("new_kernel.cu")));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn parses_ptxas_verbose_output() {

@@ -12,6 +12,10 @@
 // (abi.h), and a stray user signal there would corrupt their epochs. The library's own code
 // (barrier.cuh, the built-in kernels) reaches its words through the unchecked detail:: functions.
 //
+// Waits come for one thread (`signal_wait_until(Thread, ...)`) and for a Warp or a Cta: one
+// thread polls and the group's vote hands the status and the acquired writes to every thread.
+// Users' kernels report their own failures with `record_user_error` (op SYMCOMM_OP_USER).
+//
 // Every wait is bounded, in release builds too: it polls the communicator's abort flag and a
 // deadline (`DevComm::timeout_ns`) and returns a Status instead of spinning forever. A failed wait
 // records the first error of the rank in its ErrorRecord, where the host reads it after the kernel.
@@ -268,9 +272,9 @@ SYMCOMM_DEVICE Status signal_wait_until(Group g, const DevComm& comm, uint32_t p
 /// library's): op SYMCOMM_OP_USER, detail `code << 32 | value`, with the given `status` and
 /// `peer` (the peer involved, or this rank). The host turns it into the matching Error
 /// (Mismatch, InvalidArgument, ...) whose message names "user code 0x<code>, value <value>".
-/// Once recorded, every later wait of the rank returns `status` at once (as after the library's
-/// own errors), so a kernel that detects its own inconsistency stops its peers' waits too (they
-/// time out, or fail at once if they also record).
+/// Once recorded, every later wait of this rank returns `status` at once (as after the library's
+/// own errors). Peers are not told: a peer waiting for this rank times out unless it detects the
+/// inconsistency itself (a user_fingerprint() on a barrier makes both sides see a mismatch).
 /// Who calls: any thread; it never blocks. Pre: status != Status::Ok (an Ok status records
 /// nothing: it is not an error).
 SYMCOMM_DEVICE void record_user_error(Thread t, const DevComm& comm, Status status, uint32_t peer, uint32_t code,
