@@ -454,6 +454,7 @@ fn check_module(m: &Module, ptx: &str) {
             let has = |prefix: &str| ops.iter().any(|o| o.starts_with(prefix));
             let want: &[&str] = match k.name {
                 "symcomm_test_semaphore_ring" => &["atom.release.sys.add", "ld.acquire.sys"],
+                "symcomm_test_semaphore_wait" => &["ld.acquire.sys"],
                 "symcomm_test_grid_sync" => &["atom.acq_rel.gpu.add", "ld.acquire.gpu"],
                 _ => &["ld.acquire.sys"],
             };

@@ -3,7 +3,8 @@
 //!
 //! - semaphores (`semaphore_signal` / `semaphore_wait`, expected counts in device memory): a ring
 //!   on 1-4 ranks relaunched 20 times with identical arguments and no host step between launches
-//!   (graph-replay style), for every group (Thread, Warp, Cta);
+//!   (graph-replay style), for every group (Thread, Warp, Cta); a word outside the users' range
+//!   is refused and a signal that never comes times out, both leaving the expected count as it was;
 //! - `barrier<Thread>`, `barrier<Warp>` (one index per warp) and `barrier<Cta>` with user
 //!   fingerprints, back to back; ranks passing different user tags both get Mismatch, and the
 //!   host's error names the barrier index and the peer's fingerprint;
@@ -387,5 +388,68 @@ fn user_errors_are_recorded_and_stop_later_waits() {
         );
         let text = Error::from_record(&rec).to_string();
         assert!(text.contains("user code 0x2a, value 7"), "{text}");
+    }
+}
+
+#[test]
+fn semaphore_failures_leave_the_expected_count_unchanged() {
+    // (word, timeout, status, detail, prompt)
+    let timeout = Duration::from_millis(200);
+    let cases = [
+        (
+            SYMCOMM_USER_SIGNAL_END,
+            LONG,
+            SYMCOMM_STATUS_INVALID_ARGUMENT,
+            (1u64 << 32) | u64::from(SYMCOMM_USER_SIGNAL_END),
+            true,
+        ),
+        (
+            5,
+            timeout.as_nanos() as u64,
+            SYMCOMM_STATUS_TIMEOUT,
+            4,
+            false,
+        ),
+    ];
+    for (group, threads) in [(GROUP_WARP, 32u32), (GROUP_CTA, 64)] {
+        for (word, timeout_ns, status, detail, prompt) in cases {
+            let mut team = EmuTeam::new(2, 64).expect("team");
+            let mut comm = team.dev_comm(0, timeout_ns);
+            let (mut group, mut peer, mut word) = (group, 1u32, word);
+            let mut expected = 3u64;
+            let mut expected_ptr = std::ptr::from_mut(&mut expected);
+            let mut result = [0u32; 1];
+            let mut result_ptr = result.as_mut_ptr();
+            let mut args = [
+                ptr(&mut comm),
+                ptr(&mut group),
+                ptr(&mut peer),
+                ptr(&mut word),
+                ptr(&mut expected_ptr),
+                ptr(&mut result_ptr),
+            ];
+            let start = Instant::now();
+            // SAFETY: the arguments match symcomm_test_semaphore_wait's parameters and point at
+            // locals that outlive the blocking launch.
+            unsafe { run("symcomm_test_semaphore_wait", 1, threads, &mut args) };
+            let took = start.elapsed();
+            let label = format!("group {group} word {word}");
+            assert_eq!(result[0], status, "{label}");
+            assert_eq!(expected, 3, "{label}: the expected count is unchanged");
+            let rec = team.error(0);
+            assert_eq!(
+                (rec.status, rec.op, rec.detail),
+                (status, SYMCOMM_OP_SIGNAL_WAIT, detail),
+                "{label}: {rec:?}"
+            );
+            if prompt {
+                assert!(took < Duration::from_secs(5), "{label}: refused at once");
+            } else {
+                assert!(
+                    took >= timeout && took < timeout * 20,
+                    "{label}: {took:?} with a {timeout:?} deadline"
+                );
+            }
+        }
     }
 }

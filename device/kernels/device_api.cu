@@ -222,3 +222,14 @@ extern "C" __global__ void symcomm_test_user_error(DevComm comm, uint32_t group,
     if (threadIdx.x == 0) result[0] = uint32_t(s);
 }
 SYMCOMM_EMU_KERNEL(symcomm_test_user_error)
+
+/// One semaphore_wait of the whole CTA (GROUP_WARP: 32 threads, GROUP_CTA: any block) on
+/// (`peer`, `word`) with the expected count at `expected`: the failure paths (a word outside the
+/// users' range, a signal that never comes). Result: [the wait's status].
+extern "C" __global__ void symcomm_test_semaphore_wait(DevComm comm, uint32_t group, uint32_t peer, uint32_t word,
+                                                       uint64_t* expected, uint32_t* result) {
+    const Status s = group == GROUP_WARP ? semaphore_wait(Warp{}, comm, peer, word, expected)
+                                         : semaphore_wait(Cta{}, comm, peer, word, expected);
+    if (threadIdx.x == 0) result[0] = uint32_t(s);
+}
+SYMCOMM_EMU_KERNEL(symcomm_test_semaphore_wait)
