@@ -42,7 +42,8 @@ pub const DEFAULT_CTAS_PER_SM: u32 = 32;
 pub struct GpuResidency {
     /// SMs.
     pub sms: u32,
-    /// Room per SM: a CTA of a kernel with occupancy k CTAs per SM takes `ctas_per_sm / k` of it.
+    /// Most CTAs per SM: a CTA of a kernel with occupancy k CTAs per SM takes 1 / min(k,
+    /// `ctas_per_sm`) of an SM.
     pub ctas_per_sm: u32,
     /// CTAs resident at the time of the query.
     pub resident: u32,
@@ -168,8 +169,8 @@ pub unsafe fn launch(
 /// # Errors
 /// [`Error::EmuLaunch`] for an empty grid or block, dimensions over CUDA's limits, more than
 /// [`MAX_THREADS`] threads, [`MAX_CTAS`] CTAs or [`MAX_DYNAMIC_SHARED`] bytes of dynamic shared
-/// memory, a bad `SYMCOMM_EMU_STACK_BYTES` / `SYMCOMM_EMU_SMS` / `SYMCOMM_EMU_CTAS_PER_SM`, `gpu
-/// >=` [`MAX_GPUS`], a `name` containing NUL, or when the process is out of memory, threads or
+/// memory, a bad `SYMCOMM_EMU_STACK_BYTES` / `SYMCOMM_EMU_SMS` / `SYMCOMM_EMU_CTAS_PER_SM`,
+/// `gpu >=` [`MAX_GPUS`], a `name` containing NUL, or when the process is out of memory, threads or
 /// memory mappings; no kernel code ran then (except when a CTA could not be started midway: the
 /// CTAs already running finish first).
 ///

@@ -217,6 +217,9 @@ pub struct BufferRef<'a> {
     bytes: u64,
     /// The whole window and the byte offset into it, with its communicator's identity.
     window: Option<(WindowHandleRaw, u64, usize)>,
+    /// The [`Buffer`] the memory belongs to: calls record their last use of it, which its drop
+    /// waits for.
+    buffer: Option<&'a Buffer>,
     _borrow: PhantomData<&'a ()>,
 }
 
@@ -233,6 +236,7 @@ impl<'a> BufferRef<'a> {
             addr,
             bytes,
             window: None,
+            buffer: None,
             _borrow: PhantomData,
         }
     }
@@ -254,6 +258,7 @@ impl<'a, T: DevicePlain> From<&'a Window<'_, T>> for BufferRef<'a> {
             addr: 0,
             bytes: 0,
             window: None,
+            buffer: None,
             _borrow: PhantomData,
         })
     }
@@ -265,6 +270,7 @@ impl<'a> From<&'a Buffer> for BufferRef<'a> {
             addr: b.addr(),
             bytes: b.len() as u64,
             window: None,
+            buffer: Some(b),
             _borrow: PhantomData,
         }
     }
@@ -291,6 +297,7 @@ impl<T: DevicePlain> Window<'_, T> {
             addr: raw.base + u64::from(raw.rank) * raw.stride + off,
             bytes: (len * size_of::<T>()) as u64,
             window: Some((raw, off, std::ptr::from_ref(self.communicator()) as usize)),
+            buffer: None,
             _borrow: PhantomData,
         })
     }
@@ -809,6 +816,9 @@ impl Communicator {
             _ => self.staged(&call, &lane, kind, builtin, stream, &dev),
         };
         self.track(&lane, stream);
+        for b in [send.buffer, recv.buffer].into_iter().flatten() {
+            b.used_by(stream);
+        }
         issued
     }
 
@@ -1039,6 +1049,8 @@ unsafe impl crate::stream::KernelArg for P2pArgs {}
 pub struct P2pGroup<'a> {
     nranks: u32,
     ops: Vec<P2pOp>,
+    /// The [`Buffer`]s the operations use (their drops wait for the group's launch).
+    buffers: Vec<&'a Buffer>,
     _borrow: PhantomData<&'a ()>,
 }
 
@@ -1093,6 +1105,9 @@ impl<'a> P2pGroup<'a> {
         }
         if bytes == 0 {
             return Ok(());
+        }
+        if let Some(b) = buf.buffer {
+            self.buffers.push(b);
         }
         // Overlaps: sends may share memory; a receive may overlap nothing else, except a send
         // of exactly the same bytes (in place), which becomes one exchange.
@@ -1243,6 +1258,7 @@ impl Communicator {
         let mut group = P2pGroup {
             nranks: self.nranks,
             ops: Vec::new(),
+            buffers: Vec::new(),
             _borrow: PhantomData,
         };
         build(&mut group)?;
@@ -1298,6 +1314,9 @@ impl Communicator {
             )
         };
         self.track(&lane, stream);
+        for b in &group.buffers {
+            b.used_by(stream);
+        }
         issued
     }
 }
