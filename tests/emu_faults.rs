@@ -330,10 +330,10 @@ fn launches_queued_behind_a_failed_one_fail_at_once() {
         (SYMCOMM_STATUS_TIMEOUT, 0, 1, SYMCOMM_OP_BARRIER),
         "the first error is kept; record {rec:?}"
     );
-    assert_eq!(
-        rec.detail >> 32,
-        0,
-        "the first launch's barrier index; record {rec:?}"
+    // Either CTA of the first launch (barrier indices 0 and 1) may record it first.
+    assert!(
+        rec.detail >> 32 < 2,
+        "the first launch's barrier indices; record {rec:?}"
     );
 }
 
