@@ -41,7 +41,7 @@ struct AllReduceRmsNormArgs {
     eps: f32,
     first_slot: u32,
 }
-const _: () = assert!(size_of::<AllReduceRmsNormArgs>() == 88);
+const _: () = assert!(size_of::<AllReduceRmsNormArgs>() == 96);
 
 // ---------------------------------------------------------------------------------------------
 // Element types.
