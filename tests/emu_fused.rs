@@ -21,8 +21,9 @@ use std::time::Instant;
 
 use symcomm::DEVICE_IMAGE;
 use symcomm::abi::{
-    DevComm, SYMCOMM_OP_BARRIER, SYMCOMM_OP_COLLECTIVE, SYMCOMM_STATUS_INVALID_ARGUMENT,
-    SYMCOMM_STATUS_MISMATCH, SYMCOMM_STATUS_OK, SYMCOMM_STATUS_TIMEOUT, WindowHandleRaw,
+    DevComm, SYMCOMM_DTYPE_F16, SYMCOMM_DTYPE_F32, SYMCOMM_OP_BARRIER, SYMCOMM_OP_COLLECTIVE,
+    SYMCOMM_STATUS_INVALID_ARGUMENT, SYMCOMM_STATUS_MISMATCH, SYMCOMM_STATUS_OK,
+    SYMCOMM_STATUS_TIMEOUT, WindowHandleRaw,
 };
 use symcomm::backend::emu::{EmuTeam, launch};
 
@@ -713,11 +714,12 @@ fn mismatched_shapes_are_detected() {
 
 /// Arguments the kernel refuses before communicating, on every rank: a row that is not whole
 /// packs, a row longer than the CTA holds, a CTA that is not whole warps, a misaligned buffer, a
-/// partial row range beyond the window, barrier slots beyond SYMCOMM_BARRIER_SLOTS.
+/// partial row range beyond the window, barrier slots beyond SYMCOMM_BARRIER_SLOTS, a partial
+/// window of another element size or type.
 #[test]
 fn invalid_arguments_are_refused() {
     type Tweak = fn(&mut Shape, &mut AllReduceRmsNormArgs);
-    let tweaks: [(&str, Tweak); 6] = [
+    let tweaks: [(&str, Tweak); 8] = [
         ("hidden not whole packs", |_, a| a.hidden = 12),
         ("hidden > 16 x threads", |s, a| {
             s.threads = 32;
@@ -728,6 +730,12 @@ fn invalid_arguments_are_refused() {
         ("misaligned residual", |_, a| a.residual += 2),
         ("partial beyond the window", |_, a| a.partial_offset = 8),
         ("grid beyond the barrier slots", |_, a| a.first_slot = 191),
+        ("partial window of f32 elements (bf16 kernel)", |_, a| {
+            (a.partial.elem_size, a.partial.dtype) = (4, SYMCOMM_DTYPE_F32);
+        }),
+        ("partial window of f16 elements (bf16 kernel)", |_, a| {
+            (a.partial.elem_size, a.partial.dtype) = (2, SYMCOMM_DTYPE_F16);
+        }),
     ];
     for (what, tweak) in tweaks {
         let mut s = shape(Dt::Bf16, 2, 256, 4, 2);

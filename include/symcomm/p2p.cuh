@@ -87,7 +87,8 @@ SYMCOMM_DEVICE Status get(Group g, WindowHandle<T> src, uint32_t peer, uint64_t 
 template <typename Group, typename T>
 SYMCOMM_DEVICE Status put_with_signal(Group g, const DevComm& comm, WindowHandle<T> dst, uint32_t peer, uint64_t doff,
                                       const T* src, uint64_t count, uint32_t slot, uint64_t value) {
-    const uint32_t why = peer >= comm.nranks ? SYMCOMM_REFUSED_PEER : detail::p2p_refusal(dst, peer, doff, count, SYMCOMM_REFUSED_DST_RANGE);
+    const uint32_t why = peer >= comm.nranks ? SYMCOMM_REFUSED_PEER
+                                             : detail::p2p_refusal(dst, peer, doff, count, SYMCOMM_REFUSED_DST_RANGE);
     if (why != 0) {
         if (g.thread_rank() == 0) {
             record_error(Thread{}, comm, Status::InvalidArgument, comm.rank, SYMCOMM_OP_PUT, (uint64_t(why) << 32) | peer);
