@@ -1951,6 +1951,8 @@ mod tests {
             bytes: 100,
             rank: 3,
             nranks: 4,
+            elem_size: 4,
+            dtype: symcomm_device::abi::SYMCOMM_DTYPE_F32,
         };
         let args = KernelArgs::new()
             .arg(&7u8)

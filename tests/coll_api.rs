@@ -135,6 +135,14 @@ fn bad_inputs_are_typed_errors_and_the_next_call_passes() {
                 ),
             ),
             (
+                "an f32 window reduced as i32",
+                comm.all_reduce(&w, &w, 4, DataType::I32, RedOp::Sum, &s),
+            ),
+            (
+                "an f32 window gathered as f64",
+                comm.all_gather(w.range(0, 2).unwrap(), &w, 2, DataType::F64, &s),
+            ),
+            (
                 "send to a peer out of range",
                 comm.send(&w, 4, DataType::F32, 3, &s),
             ),
@@ -168,6 +176,21 @@ fn bad_inputs_are_typed_errors_and_the_next_call_passes() {
         s.synchronize().unwrap();
         comm.check_error().unwrap();
         valid_all_reduce(comm, &s, 1000, 1);
+        // Byte windows (u8) and 2-byte ones (u16: bf16 values) hold any type of their size.
+        let halves = comm.alloc_window::<u16>(32).unwrap();
+        comm.all_reduce(
+            bytes.range(0, 64).unwrap(),
+            bytes.range(128, 64).unwrap(),
+            16,
+            DataType::F32,
+            RedOp::Sum,
+            &s,
+        )
+        .unwrap();
+        comm.all_reduce(&halves, &halves, 32, DataType::Bf16, RedOp::Sum, &s)
+            .unwrap();
+        s.synchronize().unwrap();
+        comm.check_error().unwrap();
     });
 }
 

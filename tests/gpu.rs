@@ -54,6 +54,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::{KINDS, blocks};
 use symcomm::DEVICE_IMAGE;
 use symcomm::abi::*;
 use symcomm::backend::cuda::{
@@ -173,6 +174,8 @@ impl GpuTeam {
             bytes: win.bytes,
             rank,
             nranks: self.nranks,
+            elem_size: 1,
+            dtype: SYMCOMM_DTYPE_NONE,
         }
     }
 
@@ -913,16 +916,6 @@ fn status_name(s: u32) -> &'static str {
     }
 }
 
-/// Elements of input and output per rank, in units of `count` (the per-rank block size).
-fn blocks(kind: u32, n: u64) -> (u64, u64) {
-    match kind {
-        SYMCOMM_COLL_ALL_GATHER => (1, n),
-        SYMCOMM_COLL_REDUCE_SCATTER | SYMCOMM_COLL_SCATTER => (n, 1),
-        SYMCOMM_COLL_ALL_TO_ALL => (n, n),
-        _ => (1, 1),
-    }
-}
-
 fn hash(rank: u32, i: u64, salt: u64) -> u64 {
     u64::from(rank)
         .wrapping_mul(0x9e37_79b9)
@@ -1344,17 +1337,6 @@ struct Group {
     dt: DType,
     cases: Vec<Case>,
 }
-
-const KINDS: [u32; 8] = [
-    SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT,
-    SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT,
-    SYMCOMM_COLL_ALL_GATHER,
-    SYMCOMM_COLL_REDUCE_SCATTER,
-    SYMCOMM_COLL_BROADCAST,
-    SYMCOMM_COLL_REDUCE,
-    SYMCOMM_COLL_SCATTER,
-    SYMCOMM_COLL_ALL_TO_ALL,
-];
 
 /// Every kind x dtype, each with: rank counts x ops (reductions) x {out of place, in place} x
 /// {grid, CTA scope} x counts, aligned, plus two misaligned cases (out of place at grid scope

@@ -27,7 +27,7 @@ use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys as dsys;
 use cudarc::nvrtc::sys as nsys;
-use symcomm_device::abi::{DevComm, ErrorRecord, WindowHandleRaw};
+use symcomm_device::abi::{DevComm, ErrorRecord, SYMCOMM_DTYPE_NONE, WindowHandleRaw};
 use symcomm_device::image::{DeviceImage, Module};
 
 use crate::{Error, Result};
@@ -1566,27 +1566,36 @@ impl Drop for Graph {
 /// # Safety
 /// Implementors are `Copy`, contain no pointers to host state that a copy could invalidate, have
 /// no padding bytes, and every bit pattern of their size is a valid value.
-pub unsafe trait DevicePlain: Copy + 'static {}
+pub unsafe trait DevicePlain: Copy + 'static {
+    /// The `SYMCOMM_DTYPE_*` code a window of this type carries to the device
+    /// (`WindowHandleRaw::dtype`), where collectives of another type refuse it. The default,
+    /// `SYMCOMM_DTYPE_NONE`, lets collectives of any type of the same size (or, for a 1-byte
+    /// type, any type at all) use the window: right for user structs, and for `u8`, `u16` and
+    /// `i16`, which Rust programs use to hold fp8, f16 and bf16 values and raw bytes.
+    const DTYPE: u32 = SYMCOMM_DTYPE_NONE;
+}
 
 macro_rules! device_plain {
-    ($($t:ty),*) => {$(
+    ($($t:ty $(= $code:expr)?),*) => {$(
         // SAFETY: primitive integers and floats, and the ABI structs (all-integer `repr(C)` with
         // no padding, pinned by the layout assertions in abi.h and abi.rs), accept every bit
         // pattern.
-        unsafe impl DevicePlain for $t {}
+        unsafe impl DevicePlain for $t {
+            $(const DTYPE: u32 = $code;)?
+        }
     )*};
 }
 device_plain!(
     u8,
     u16,
-    u32,
-    u64,
-    i8,
+    u32 = symcomm_device::abi::SYMCOMM_DTYPE_U32,
+    u64 = symcomm_device::abi::SYMCOMM_DTYPE_U64,
+    i8 = symcomm_device::abi::SYMCOMM_DTYPE_I8,
     i16,
-    i32,
-    i64,
-    f32,
-    f64,
+    i32 = symcomm_device::abi::SYMCOMM_DTYPE_I32,
+    i64 = symcomm_device::abi::SYMCOMM_DTYPE_I64,
+    f32 = symcomm_device::abi::SYMCOMM_DTYPE_F32,
+    f64 = symcomm_device::abi::SYMCOMM_DTYPE_F64,
     DevComm,
     WindowHandleRaw,
     ErrorRecord

@@ -27,9 +27,10 @@ use std::marker::PhantomData;
 use std::sync::{Mutex, OnceLock};
 
 use symcomm_device::abi::{
-    CollArgs, P2pArgs, P2pOp, SYMCOMM_HOST_BARRIER_END, SYMCOMM_HOST_LANE_BARRIERS,
-    SYMCOMM_P2P_EXCHANGE, SYMCOMM_P2P_MAX_OPS, SYMCOMM_P2P_RECV, SYMCOMM_P2P_SEND,
-    SYMCOMM_SCOPE_GRID, SYMCOMM_USER_BARRIER_END, SYMCOMM_USER_BARRIER_FIRST, WindowHandleRaw,
+    CollArgs, P2pArgs, P2pOp, SYMCOMM_DTYPE_NONE, SYMCOMM_HOST_BARRIER_END,
+    SYMCOMM_HOST_LANE_BARRIERS, SYMCOMM_P2P_EXCHANGE, SYMCOMM_P2P_MAX_OPS, SYMCOMM_P2P_RECV,
+    SYMCOMM_P2P_SEND, SYMCOMM_SCOPE_GRID, SYMCOMM_USER_BARRIER_END, SYMCOMM_USER_BARRIER_FIRST,
+    WindowHandleRaw,
 };
 
 use super::{Communicator, Window, memory::FlatMapping};
@@ -368,6 +369,13 @@ pub(super) struct Builtin {
     max_ctas: u32,
 }
 
+impl Lane {
+    /// Rank `rank`'s handle of one of the lane's staging windows: bytes, used as any type.
+    fn stage_handle(&self, m: &FlatMapping, rank: u32) -> WindowHandleRaw {
+        m.handle(rank, self.stage_bytes, 1, SYMCOMM_DTYPE_NONE)
+    }
+}
+
 /// Per-communicator state of the host collectives.
 #[derive(Default)]
 pub(super) struct CollState {
@@ -404,7 +412,8 @@ impl Communicator {
     ///
     /// # Errors
     /// See [the collectives](crate::comm::coll): [`Error::InvalidArgument`] (counts, sizes,
-    /// alignment, aliasing, foreign windows, a third stream; nothing launched), the
+    /// alignment, aliasing, foreign windows, windows of another element type — a `Window<f32>`
+    /// is not an `I32` buffer, see [`DevicePlain::DTYPE`] — a third stream; nothing launched), the
     /// communicator's sticky error ([`Error::PeerLost`], device errors), backend errors.
     #[allow(clippy::too_many_arguments)]
     pub fn all_reduce<'a>(
@@ -907,14 +916,10 @@ impl Communicator {
         }
         let stage_in = lane.stage_in.base() + u64::from(self.rank) * lane.stage_in.stride();
         let stage_out = lane.stage_out.base() + u64::from(self.rank) * lane.stage_out.stride();
-        let window = |m: &FlatMapping| WindowHandleRaw {
-            base: m.base(),
-            stride: m.stride(),
-            bytes: lane.stage_bytes,
-            rank: self.rank,
-            nranks: self.nranks,
-        };
-        let (win_in, win_out) = (window(&lane.stage_in), window(&lane.stage_out));
+        let (win_in, win_out) = (
+            lane.stage_handle(&lane.stage_in, self.rank),
+            lane.stage_handle(&lane.stage_out, self.rank),
+        );
         let mut off = 0;
         while off < call.count {
             let c = cap.min(call.count - off);
@@ -1004,6 +1009,22 @@ impl Communicator {
             }
             if b.window.is_some_and(|(_, _, owner)| owner != me) {
                 return bad(format!("the {what} window belongs to another communicator"));
+            }
+            // The device refuses these too (after the launch, as a sticky error): refuse here.
+            if let Some((w, _, _)) = b.window {
+                let size_ok = w.elem_size == 1 || u64::from(w.elem_size) == size;
+                let type_ok = w.dtype == SYMCOMM_DTYPE_NONE || w.dtype == call.dtype.code();
+                if !size_ok || !type_ok {
+                    return bad(format!(
+                        "the {what} window holds {} elements; a {} collective cannot use it \
+                         (a window of u8 holds any type; of u16, i16 or a user type, any type of that size)",
+                        DataType::ALL.get(w.dtype as usize).map_or_else(
+                            || format!("{}-byte", w.elem_size),
+                            |d| d.name().to_owned()
+                        ),
+                        call.dtype.name()
+                    ));
+                }
             }
             if b.addr == 0 && need > 0 {
                 return bad(format!("the {what} buffer is null"));
@@ -1290,13 +1311,7 @@ impl Communicator {
             )));
         }
         let mut args = P2pArgs {
-            stage: WindowHandleRaw {
-                base: lane.stage_in.base(),
-                stride: lane.stage_in.stride(),
-                bytes: lane.stage_bytes,
-                rank: self.rank,
-                nranks: self.nranks,
-            },
+            stage: lane.stage_handle(&lane.stage_in, self.rank),
             nops: group.ops.len() as u32,
             reserved: 0,
             ops: [P2pOp::default(); SYMCOMM_P2P_MAX_OPS as usize],

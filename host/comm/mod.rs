@@ -954,8 +954,53 @@ fn op_name(op: u32) -> &'static str {
         symcomm_device::abi::SYMCOMM_OP_BARRIER => "barrier",
         symcomm_device::abi::SYMCOMM_OP_COLLECTIVE => "collective",
         symcomm_device::abi::SYMCOMM_OP_SIGNAL => "signal",
+        symcomm_device::abi::SYMCOMM_OP_PUT => "put_with_signal",
         _ => "device operation",
     }
+}
+
+/// Words for an InvalidArgument record's detail: what refused (the collective kind, or the
+/// put's peer) and why (`SYMCOMM_REFUSED_*` in bits 32..39).
+fn refusal(op: u32, detail: u64) -> String {
+    use symcomm_device::abi as a;
+    let low = detail as u32;
+    let what = match op {
+        a::SYMCOMM_OP_COLLECTIVE => match low {
+            a::SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT => "all_reduce (one-shot)".to_owned(),
+            a::SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT => "all_reduce (two-shot)".to_owned(),
+            a::SYMCOMM_COLL_ALL_GATHER => "all_gather".to_owned(),
+            a::SYMCOMM_COLL_REDUCE_SCATTER => "reduce_scatter".to_owned(),
+            a::SYMCOMM_COLL_BROADCAST => "broadcast".to_owned(),
+            a::SYMCOMM_COLL_REDUCE => "reduce".to_owned(),
+            a::SYMCOMM_COLL_SCATTER => "scatter".to_owned(),
+            a::SYMCOMM_COLL_ALL_TO_ALL => "all_to_all".to_owned(),
+            k => format!("collective kind {k}"),
+        },
+        a::SYMCOMM_OP_PUT => format!("put_with_signal to rank {low}"),
+        _ => {
+            return format!(
+                "a device-side precondition of {} failed (detail {detail:#x})",
+                op_name(op)
+            );
+        }
+    };
+    let why = match (detail >> 32) as u32 & 0xff {
+        a::SYMCOMM_REFUSED_CODE => {
+            "a kind, dtype, reduction or scope code is invalid or not the kernel's"
+        }
+        a::SYMCOMM_REFUSED_ROOT => "the root is not a rank",
+        a::SYMCOMM_REFUSED_OVERLAP => "the input and output overlap without being in place",
+        a::SYMCOMM_REFUSED_CTA_SIZE => {
+            "in-place all_to_all needs at least as many threads per CTA as ranks"
+        }
+        a::SYMCOMM_REFUSED_SRC_RANGE => "the input range does not fit in its window",
+        a::SYMCOMM_REFUSED_DST_RANGE => "the output range does not fit in its window",
+        a::SYMCOMM_REFUSED_ELEM_SIZE => "the element size is not the window's",
+        a::SYMCOMM_REFUSED_DTYPE => "the element type is not the window's",
+        a::SYMCOMM_REFUSED_PEER => "a peer is not a rank of the window",
+        _ => "a device-side precondition failed",
+    };
+    format!("{what} refused its arguments on the device: {why} (detail {detail:#x})")
 }
 
 /// The error a kernel recorded.
@@ -984,6 +1029,11 @@ pub(crate) fn error_from_record(rec: &ErrorRecord) -> Error {
         a::SYMCOMM_STATUS_ABI_MISMATCH => Error::Unsupported(format!(
             "rank {}: a kernel was built against another symcomm ABI version (host has {SYMCOMM_ABI_VERSION})",
             rec.rank
+        )),
+        a::SYMCOMM_STATUS_INVALID_ARGUMENT => Error::InvalidArgument(format!(
+            "rank {}: {}",
+            rec.rank,
+            refusal(rec.op, rec.detail)
         )),
         s => Error::InvalidArgument(format!(
             "rank {}: a device-side precondition of {op} failed (status {s}, detail {:#x})",
@@ -1068,6 +1118,43 @@ mod tests {
             matches!(&error_from_record(&refused), Error::InvalidArgument(m) if m.contains("of signal")),
             "{}",
             error_from_record(&refused)
+        );
+    }
+
+    #[test]
+    fn device_refusals_are_told_in_words() {
+        use symcomm_device::abi as a;
+        let msg = |op, detail| {
+            let rec = ErrorRecord {
+                status: a::SYMCOMM_STATUS_INVALID_ARGUMENT,
+                rank: 1,
+                peer: 1,
+                op,
+                detail,
+                time_ns: 0,
+            };
+            error_from_record(&rec).to_string()
+        };
+        let m = msg(
+            a::SYMCOMM_OP_COLLECTIVE,
+            u64::from(a::SYMCOMM_REFUSED_DST_RANGE) << 32 | u64::from(a::SYMCOMM_COLL_ALL_GATHER),
+        );
+        assert!(
+            m.contains("all_gather") && m.contains("output range does not fit"),
+            "{m}"
+        );
+        let m = msg(
+            a::SYMCOMM_OP_COLLECTIVE,
+            u64::from(a::SYMCOMM_REFUSED_DTYPE) << 32 | u64::from(a::SYMCOMM_COLL_REDUCE),
+        );
+        assert!(m.contains("reduce") && m.contains("element type"), "{m}");
+        let m = msg(
+            a::SYMCOMM_OP_PUT,
+            u64::from(a::SYMCOMM_REFUSED_PEER) << 32 | 7,
+        );
+        assert!(
+            m.contains("put_with_signal to rank 7") && m.contains("not a rank"),
+            "{m}"
         );
     }
 }
