@@ -1359,12 +1359,22 @@ const BUFFER_ALIGN: usize = 256;
 ///
 /// [`Self::write`] and [`Self::read`] are synchronous host copies that do not wait for any
 /// stream: the caller orders them against device work that uses the buffer (synchronize those
-/// streams first), and must not free the buffer while such work may still run. On CUDA they
-/// must not be called on a thread that is capturing a stream ([`Stream::begin_capture`]).
+/// streams first). On CUDA they must not be called on a thread that is capturing a stream
+/// ([`Stream::begin_capture`]).
+///
+/// Lifetime: dropping a buffer waits for the last host collective or send/recv that used it (an
+/// event each such call records), so `comm.all_reduce(&buf, &buf, ..)` followed by `drop(buf)`
+/// is sound. Kernels launched by the caller ([`Stream::launch`], `unsafe`) and graph replays are
+/// not tracked: their contract is that the memory outlives them. On CUDA the memory comes from
+/// the stream-ordered allocator and is freed in stream order (`cuMemFreeAsync`), so a drop never
+/// synchronizes the whole context — which, with ranks sharing a GPU, would wait for another
+/// rank's kernel that waits for this rank.
 ///
 /// `Send + Sync`.
 pub struct Buffer {
     inner: BufferInner,
+    /// Recorded after the latest host collective or send/recv that used the buffer.
+    last_use: Mutex<Option<Event>>,
 }
 
 enum BufferInner {
@@ -1407,6 +1417,22 @@ impl Drop for HostMemory {
     }
 }
 
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        // Bounded: the work waited for is symcomm's collectives, whose waits are bounded.
+        let last = self
+            .last_use
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(ev) = last {
+            if let Err(e) = ev.synchronize() {
+                tracing::warn!(target: "symcomm::stream", "waiting for a buffer's last use: {e}");
+            }
+        }
+    }
+}
+
 impl fmt::Debug for Buffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = if self.is_emu() {
@@ -1439,7 +1465,24 @@ impl Buffer {
             Backend::Cuda(device) => BufferInner::Cuda(device.alloc_zeroed(bytes)?),
             Backend::Emu => BufferInner::Emu(HostMemory::new(bytes)?),
         };
-        Ok(Buffer { inner })
+        Ok(Buffer {
+            inner,
+            last_use: Mutex::new(None),
+        })
+    }
+
+    /// Remembers that work just enqueued on `stream` uses the buffer (outside captures), so that
+    /// the drop waits for it.
+    pub(crate) fn used_by(&self, stream: &Stream) {
+        if stream.is_capturing() {
+            return;
+        }
+        match stream.record_event() {
+            Ok(ev) => *self.last_use.lock().unwrap_or_else(PoisonError::into_inner) = Some(ev),
+            Err(e) => {
+                tracing::warn!(target: "symcomm::stream", "recording a buffer's last use: {e}")
+            }
+        }
     }
 
     /// The device address of the first byte (on the emulator a host address), for kernel
@@ -1920,6 +1963,8 @@ mod tests {
             bytes: 100,
             rank: 3,
             nranks: 4,
+            elem_size: 4,
+            dtype: symcomm_device::abi::SYMCOMM_DTYPE_F32,
         };
         let args = KernelArgs::new()
             .arg(&7u8)

@@ -135,6 +135,14 @@ fn bad_inputs_are_typed_errors_and_the_next_call_passes() {
                 ),
             ),
             (
+                "an f32 window reduced as i32",
+                comm.all_reduce(&w, &w, 4, DataType::I32, RedOp::Sum, &s),
+            ),
+            (
+                "an f32 window gathered as f64",
+                comm.all_gather(w.range(0, 2).unwrap(), &w, 2, DataType::F64, &s),
+            ),
+            (
                 "send to a peer out of range",
                 comm.send(&w, 4, DataType::F32, 3, &s),
             ),
@@ -168,6 +176,21 @@ fn bad_inputs_are_typed_errors_and_the_next_call_passes() {
         s.synchronize().unwrap();
         comm.check_error().unwrap();
         valid_all_reduce(comm, &s, 1000, 1);
+        // Byte windows (u8) and 2-byte ones (u16: bf16 values) hold any type of their size.
+        let halves = comm.alloc_window::<u16>(32).unwrap();
+        comm.all_reduce(
+            bytes.range(0, 64).unwrap(),
+            bytes.range(128, 64).unwrap(),
+            16,
+            DataType::F32,
+            RedOp::Sum,
+            &s,
+        )
+        .unwrap();
+        comm.all_reduce(&halves, &halves, 32, DataType::Bf16, RedOp::Sum, &s)
+            .unwrap();
+        s.synchronize().unwrap();
+        comm.check_error().unwrap();
     });
 }
 
@@ -507,4 +530,41 @@ fn dropping_windows_right_after_an_asynchronous_call_waits_for_it() {
             comm.check_error().unwrap();
         }
     });
+}
+
+/// Dropping a `Buffer` right after a call that uses it, without synchronizing, waits for the
+/// call: `comm.all_reduce(&buf, &buf, ..)` then `drop(buf)` is safe code, so it must not free
+/// memory the queued copies still write. The buffers are large enough (40 MiB) that the
+/// allocator returns them to the system at once; before the drop waited, the staging path's
+/// copy-out wrote into unmapped memory (SIGSEGV). The same for a send/recv group.
+#[test]
+fn buffers_dropped_right_after_a_call() {
+    const N: usize = 10 << 20; // f32 elements: 40 MiB
+    let outs = with_ranks(2, options(), |comm| {
+        let stream = comm.create_stream().unwrap();
+        let backend = symcomm::backend::Backend::Emu;
+        for round in 0..2 {
+            let buf = symcomm::Buffer::new(&backend, N * 4).unwrap();
+            let other = symcomm::Buffer::new(&backend, N * 4).unwrap();
+            buf.write(0, &vec![1.0f32 + comm.rank() as f32; N]).unwrap();
+            comm.barrier().unwrap();
+            if round == 0 {
+                comm.all_reduce(&buf, &other, N, DataType::F32, RedOp::Sum, &stream)
+                    .unwrap();
+            } else {
+                let peer = 1 - comm.rank();
+                comm.group(&stream, |g| {
+                    g.send(&buf, N, DataType::F32, peer)?;
+                    g.recv(&other, N, DataType::F32, peer)
+                })
+                .unwrap();
+            }
+            drop(buf);
+            drop(other);
+        }
+        stream.synchronize().and_then(|()| comm.check_error())
+    });
+    for (r, o) in outs.iter().enumerate() {
+        assert!(o.is_ok(), "rank {r}: {o:?}");
+    }
 }

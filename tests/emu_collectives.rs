@@ -19,6 +19,7 @@ mod support;
 
 use std::ffi::c_void;
 
+use support::blocks;
 use support::values::{DTYPES, DType, OPS, Rng, Val, input, reduce_vals, seed};
 use symcomm::DEVICE_IMAGE;
 use symcomm::abi::*;
@@ -67,16 +68,6 @@ fn is_reduction(kind: u32) -> bool {
             | SYMCOMM_COLL_REDUCE_SCATTER
             | SYMCOMM_COLL_REDUCE
     )
-}
-
-/// Elements of input and output per rank, in units of `count` (per-rank block size).
-fn blocks(kind: u32, n: u64) -> (u64, u64) {
-    match kind {
-        SYMCOMM_COLL_ALL_GATHER => (1, n),
-        SYMCOMM_COLL_REDUCE_SCATTER | SYMCOMM_COLL_SCATTER => (n, 1),
-        SYMCOMM_COLL_ALL_TO_ALL => (n, n),
-        _ => (1, 1),
-    }
 }
 
 const CANARY: u8 = 0xA5;

@@ -18,9 +18,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
 
+use support::{KINDS, blocks};
 use symcomm::DEVICE_IMAGE;
 use symcomm::abi::*;
 use symcomm::backend::emu::{EmuTeam, launch};
@@ -330,11 +334,10 @@ fn launches_queued_behind_a_failed_one_fail_at_once() {
         (SYMCOMM_STATUS_TIMEOUT, 0, 1, SYMCOMM_OP_BARRIER),
         "the first error is kept; record {rec:?}"
     );
-    // The first launch's two CTAs wait on indices 0 and 1 and reach their deadlines together:
-    // either may record first.
+    // Either CTA of the first launch (barrier indices 0 and 1) may record it first.
     assert!(
         rec.detail >> 32 < 2,
-        "one of the first launch's barrier indices; record {rec:?}"
+        "the first launch's barrier indices; record {rec:?}"
     );
 }
 
@@ -650,16 +653,6 @@ fn mismatched_calls_fail_on_every_rank_without_writing() {
 /// or read peers' buffers through other windows.
 #[test]
 fn mixing_in_place_and_out_of_place_is_a_mismatch() {
-    const KINDS: [u32; 8] = [
-        SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT,
-        SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT,
-        SYMCOMM_COLL_ALL_GATHER,
-        SYMCOMM_COLL_REDUCE_SCATTER,
-        SYMCOMM_COLL_BROADCAST,
-        SYMCOMM_COLL_REDUCE,
-        SYMCOMM_COLL_SCATTER,
-        SYMCOMM_COLL_ALL_TO_ALL,
-    ];
     let count = 300u64;
     for (i, kind) in KINDS.into_iter().enumerate() {
         let nranks = 2 + (i as u32 % 3);
@@ -732,11 +725,12 @@ struct Invalid {
     abi_version: u32,
 }
 
-fn refused(a: &CollArgs) -> (u32, u32, u64) {
+/// The record of a collective refusing `a` for `reason` (SYMCOMM_REFUSED_*).
+fn refused(a: &CollArgs, reason: u32) -> (u32, u32, u64) {
     (
         SYMCOMM_STATUS_INVALID_ARGUMENT,
         SYMCOMM_OP_COLLECTIVE,
-        u64::from(a.kind),
+        u64::from(reason) << 32 | u64::from(a.kind),
     )
 }
 
@@ -753,7 +747,7 @@ fn invalid_cases() -> Vec<Invalid> {
         block: 32,
         kernel_dtype: SYMCOMM_DTYPE_F32,
         args: |a, _| a,
-        expect: refused,
+        expect: |a| refused(a, SYMCOMM_REFUSED_CODE),
         untouched: true,
         abi_version: SYMCOMM_ABI_VERSION,
     };
@@ -842,6 +836,7 @@ fn invalid_cases() -> Vec<Invalid> {
                 root: c.nranks,
                 ..a
             },
+            expect: |a| refused(a, SYMCOMM_REFUSED_ROOT),
             ..base
         },
         Invalid {
@@ -852,6 +847,7 @@ fn invalid_cases() -> Vec<Invalid> {
                 root: c.nranks + 5,
                 ..a
             },
+            expect: |a| refused(a, SYMCOMM_REFUSED_ROOT),
             ..base
         },
         Invalid {
@@ -865,6 +861,7 @@ fn invalid_cases() -> Vec<Invalid> {
                 tile_stride: 200,
                 ..a
             },
+            expect: |a| refused(a, SYMCOMM_REFUSED_ROOT),
             ..base
         },
         Invalid {
@@ -874,6 +871,7 @@ fn invalid_cases() -> Vec<Invalid> {
                 dst_offset: 5,
                 ..same_window(a)
             },
+            expect: |a| refused(a, SYMCOMM_REFUSED_OVERLAP),
             ..base
         },
         Invalid {
@@ -887,6 +885,7 @@ fn invalid_cases() -> Vec<Invalid> {
                 tile_stride: 100,
                 ..same_window(a)
             },
+            expect: |a| refused(a, SYMCOMM_REFUSED_OVERLAP),
             ..base
         },
         Invalid {
@@ -897,6 +896,7 @@ fn invalid_cases() -> Vec<Invalid> {
                 src_offset: 1,
                 ..same_window(a)
             },
+            expect: |a| refused(a, SYMCOMM_REFUSED_OVERLAP),
             ..base
         },
         Invalid {
@@ -907,6 +907,7 @@ fn invalid_cases() -> Vec<Invalid> {
                 dst_offset: 3,
                 ..same_window(a)
             },
+            expect: |a| refused(a, SYMCOMM_REFUSED_OVERLAP),
             ..base
         },
         Invalid {
@@ -917,6 +918,7 @@ fn invalid_cases() -> Vec<Invalid> {
                 dst_offset: 1,
                 ..same_window(a)
             },
+            expect: |a| refused(a, SYMCOMM_REFUSED_OVERLAP),
             ..base
         },
         Invalid {
@@ -927,6 +929,7 @@ fn invalid_cases() -> Vec<Invalid> {
                 src_offset: 23,
                 ..same_window(a)
             },
+            expect: |a| refused(a, SYMCOMM_REFUSED_OVERLAP),
             ..base
         },
         Invalid {
@@ -937,6 +940,7 @@ fn invalid_cases() -> Vec<Invalid> {
                 dst_offset: 1,
                 ..same_window(a)
             },
+            expect: |a| refused(a, SYMCOMM_REFUSED_OVERLAP),
             ..base
         },
         Invalid {
@@ -947,6 +951,7 @@ fn invalid_cases() -> Vec<Invalid> {
                 dst_offset: 2,
                 ..same_window(a)
             },
+            expect: |a| refused(a, SYMCOMM_REFUSED_OVERLAP),
             ..base
         },
         Invalid {
@@ -957,6 +962,7 @@ fn invalid_cases() -> Vec<Invalid> {
                 kind: SYMCOMM_COLL_ALL_TO_ALL,
                 ..same_window(a)
             },
+            expect: |a| refused(a, SYMCOMM_REFUSED_CTA_SIZE),
             ..base
         },
         Invalid {
@@ -968,6 +974,133 @@ fn invalid_cases() -> Vec<Invalid> {
                 kind: SYMCOMM_COLL_ALL_TO_ALL,
                 ..same_window(a)
             },
+            expect: |a| refused(a, SYMCOMM_REFUSED_CTA_SIZE),
+            ..base
+        },
+        Invalid {
+            what: "input offset + count wraps around 2^64",
+            nranks: 3,
+            args: |a, _| CollArgs {
+                src_offset: u64::MAX - 3,
+                ..a
+            },
+            expect: |a| refused(a, SYMCOMM_REFUSED_SRC_RANGE),
+            ..base
+        },
+        Invalid {
+            what: "output offset + count wraps around 2^64 (all-gather)",
+            nranks: 2,
+            args: |a, _| CollArgs {
+                kind: SYMCOMM_COLL_ALL_GATHER,
+                dst_offset: u64::MAX - 30,
+                ..a
+            },
+            expect: |a| refused(a, SYMCOMM_REFUSED_DST_RANGE),
+            ..base
+        },
+        Invalid {
+            what: "count far past the mapping (one-shot all-reduce: reads would fault)",
+            nranks: 2,
+            args: |a, _| CollArgs {
+                count: 1 << 40,
+                ..a
+            },
+            expect: |a| refused(a, SYMCOMM_REFUSED_SRC_RANGE),
+            ..base
+        },
+        Invalid {
+            what: "count * nranks wraps around 2^64 (all-to-all)",
+            nranks: 4,
+            args: |a, _| CollArgs {
+                kind: SYMCOMM_COLL_ALL_TO_ALL,
+                count: 1 << 62,
+                ..a
+            },
+            expect: |a| refused(a, SYMCOMM_REFUSED_SRC_RANGE),
+            ..base
+        },
+        Invalid {
+            what: "CTA scope: the second CTA's tile is past the window",
+            nranks: 3,
+            grid: 2,
+            args: |a, _| CollArgs {
+                scope: SYMCOMM_SCOPE_CTA,
+                tile_stride: 1000,
+                ..a
+            },
+            expect: |a| refused(a, SYMCOMM_REFUSED_SRC_RANGE),
+            // The first CTA's tile is valid and done.
+            untouched: false,
+            ..base
+        },
+        Invalid {
+            what: "CTA scope: the third CTA's tile offset wraps around 2^64",
+            nranks: 2,
+            grid: 3,
+            args: |a, _| CollArgs {
+                kind: SYMCOMM_COLL_BROADCAST,
+                scope: SYMCOMM_SCOPE_CTA,
+                dst_offset: 5,
+                tile_stride: 1 << 63,
+                ..a
+            },
+            expect: |a| refused(a, SYMCOMM_REFUSED_SRC_RANGE),
+            untouched: false,
+            ..base
+        },
+        Invalid {
+            what: "f32 input window reduced as i32",
+            nranks: 3,
+            kernel_dtype: SYMCOMM_DTYPE_I32,
+            args: |mut a, _| {
+                a.dtype = SYMCOMM_DTYPE_I32;
+                (a.src.elem_size, a.src.dtype) = (4, SYMCOMM_DTYPE_F32);
+                (a.dst.elem_size, a.dst.dtype) = (4, SYMCOMM_DTYPE_I32);
+                a
+            },
+            expect: |a| refused(a, SYMCOMM_REFUSED_DTYPE),
+            ..base
+        },
+        Invalid {
+            what: "f32 output window of a u32 all-gather",
+            nranks: 2,
+            kernel_dtype: SYMCOMM_DTYPE_U32,
+            args: |mut a, _| {
+                (a.kind, a.dtype) = (SYMCOMM_COLL_ALL_GATHER, SYMCOMM_DTYPE_U32);
+                (a.dst.elem_size, a.dst.dtype) = (4, SYMCOMM_DTYPE_F32);
+                a
+            },
+            expect: |a| refused(a, SYMCOMM_REFUSED_DTYPE),
+            ..base
+        },
+        Invalid {
+            what: "untyped window of 8-byte elements reduced as f32",
+            nranks: 2,
+            args: |mut a, _| {
+                (a.src.elem_size, a.src.dtype) = (8, SYMCOMM_DTYPE_NONE);
+                a
+            },
+            expect: |a| refused(a, SYMCOMM_REFUSED_ELEM_SIZE),
+            ..base
+        },
+        Invalid {
+            what: "window handle of element size 0",
+            nranks: 2,
+            args: |mut a, _| {
+                a.dst.elem_size = 0;
+                a
+            },
+            expect: |a| refused(a, SYMCOMM_REFUSED_ELEM_SIZE),
+            ..base
+        },
+        Invalid {
+            what: "window of fewer ranks than the communicator",
+            nranks: 3,
+            args: |mut a, _| {
+                a.src.nranks = 2;
+                a
+            },
+            expect: |a| refused(a, SYMCOMM_REFUSED_PEER),
             ..base
         },
         Invalid {
@@ -1209,6 +1342,131 @@ fn barriers_on_send_recv_words_are_refused_and_send_recv_still_works() {
             got == sent,
             "{label}: send/recv after it delivered other bytes"
         );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bounds: ranges at and past the end of the windows.
+
+/// Every kind, out of place (input short, output short) and in place, on windows whose handles
+/// claim exactly the bytes the call needs — the call runs and writes nothing past them — or one
+/// byte less — every rank refuses it with the range's reason and writes nothing at all. The
+/// team's memory reaches past the handles' sizes, so a write past them would hit the canary.
+#[test]
+fn ranges_past_the_window_are_refused_on_every_rank_for_every_kind() {
+    const COUNT: u64 = 10;
+    const TEAM_BYTES: u64 = 4096;
+    for (case, &kind) in KINDS.iter().enumerate() {
+        for nranks in [2u32, 3] {
+            let (sb, db) = blocks(kind, u64::from(nranks));
+            // (label, input bytes, output bytes, in place, accepted reasons)
+            let need = |blocks: u64| blocks * COUNT * 4;
+            let variants = [
+                ("exact", need(sb), need(db), false, &[][..]),
+                (
+                    "input short",
+                    need(sb) - 1,
+                    need(db),
+                    false,
+                    &[SYMCOMM_REFUSED_SRC_RANGE][..],
+                ),
+                (
+                    "output short",
+                    need(sb),
+                    need(db) - 1,
+                    false,
+                    &[SYMCOMM_REFUSED_DST_RANGE][..],
+                ),
+                ("in place, exact", need(sb.max(db)), 0, true, &[][..]),
+                // In place, a rank's own block may still fit in the input or output while the
+                // whole range does not: either reason.
+                (
+                    "in place, short",
+                    need(sb.max(db)) - 1,
+                    0,
+                    true,
+                    &[SYMCOMM_REFUSED_SRC_RANGE, SYMCOMM_REFUSED_DST_RANGE][..],
+                ),
+            ];
+            for (what, src_bytes, dst_bytes, in_place, reasons) in variants {
+                // Typed windows (f32) in one case of two, byte windows in the other.
+                let typed = (case + nranks as usize) % 2 == 0;
+                let label = format!("{} {what} nranks={nranks} typed={typed}", kind_name(kind));
+                let mut team = canary_team(nranks, &[TEAM_BYTES, TEAM_BYTES]);
+                let calls: Vec<Launch> = (0..nranks)
+                    .map(|r| {
+                        let mut a = coll(&mut team, r, kind, SYMCOMM_DTYPE_F32, COUNT);
+                        a.root = nranks - 1;
+                        a.src.bytes = src_bytes;
+                        a.dst.bytes = dst_bytes;
+                        if in_place {
+                            a.dst = a.src;
+                            let own = u64::from(r) * COUNT;
+                            match kind {
+                                SYMCOMM_COLL_ALL_GATHER => a.src_offset = own,
+                                SYMCOMM_COLL_REDUCE_SCATTER | SYMCOMM_COLL_SCATTER => {
+                                    a.dst_offset = own;
+                                }
+                                _ => {}
+                            }
+                        }
+                        if typed {
+                            for w in [&mut a.src, &mut a.dst] {
+                                (w.elem_size, w.dtype) = (4, SYMCOMM_DTYPE_F32);
+                            }
+                        }
+                        Launch {
+                            kernel: kernel_of(SYMCOMM_DTYPE_F32),
+                            comm: team.dev_comm(r, dur(LONG)),
+                            args: a,
+                            grid: 2,
+                            block: 32,
+                        }
+                    })
+                    .collect();
+                let took = durations(&run_concurrently(&calls, || {}));
+                for (c, t) in calls.iter().zip(&took) {
+                    let r = c.rank();
+                    assert!(*t < PROMPT, "{label}: rank {r} took {t:?}");
+                    let rec = team.error(r);
+                    if reasons.is_empty() {
+                        assert_eq!(rec.status, SYMCOMM_STATUS_OK, "{label}: rank {r}: {rec:?}");
+                        continue;
+                    }
+                    let reason = (rec.detail >> 32) as u32;
+                    assert_eq!(
+                        (rec.status, rec.rank, rec.peer, rec.op, rec.detail as u32),
+                        (
+                            SYMCOMM_STATUS_INVALID_ARGUMENT,
+                            r,
+                            r,
+                            SYMCOMM_OP_COLLECTIVE,
+                            kind
+                        ),
+                        "{label}: rank {r}'s record {rec:?}"
+                    );
+                    assert!(
+                        reasons.contains(&reason),
+                        "{label}: rank {r}: reason {reason}, expected one of {reasons:?}"
+                    );
+                }
+                if reasons.is_empty() {
+                    // Nothing past what the handles claim.
+                    for r in 0..nranks {
+                        for (w, end) in [(0, src_bytes), (1, dst_bytes)] {
+                            let past = &team.bytes(w, r)[end as usize..];
+                            let bad = past.iter().filter(|&&b| b != CANARY).count();
+                            assert_eq!(
+                                bad, 0,
+                                "{label}: rank {r} window {w}: {bad} bytes written past the end"
+                            );
+                        }
+                    }
+                } else {
+                    assert_untouched(&team, 2, 0..nranks, &label);
+                }
+            }
+        }
     }
 }
 
@@ -1527,12 +1785,7 @@ impl Step {
     }
     /// (input elements, output elements) per rank, in units of count.
     fn blocks(&self, n: u64) -> (u64, u64) {
-        match self.kind {
-            SYMCOMM_COLL_ALL_GATHER => (1, n),
-            SYMCOMM_COLL_REDUCE_SCATTER | SYMCOMM_COLL_SCATTER => (n, 1),
-            SYMCOMM_COLL_ALL_TO_ALL => (n, n),
-            _ => (1, 1),
-        }
+        blocks(self.kind, n)
     }
     /// (window, first element) of rank r's input and output in tile 0, following NCCL's
     /// in-place conventions.

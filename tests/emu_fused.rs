@@ -21,9 +21,9 @@ use std::time::Instant;
 
 use symcomm::DEVICE_IMAGE;
 use symcomm::abi::{
-    DevComm, SYMCOMM_OP_BARRIER, SYMCOMM_OP_COLLECTIVE, SYMCOMM_STATUS_INVALID_ARGUMENT,
-    SYMCOMM_STATUS_MISMATCH, SYMCOMM_STATUS_OK, SYMCOMM_STATUS_TIMEOUT, SYMCOMM_USER_BARRIER_END,
-    WindowHandleRaw,
+    DevComm, SYMCOMM_DTYPE_F16, SYMCOMM_DTYPE_F32, SYMCOMM_OP_BARRIER, SYMCOMM_OP_COLLECTIVE,
+    SYMCOMM_STATUS_INVALID_ARGUMENT, SYMCOMM_STATUS_MISMATCH, SYMCOMM_STATUS_OK,
+    SYMCOMM_STATUS_TIMEOUT, SYMCOMM_USER_BARRIER_END, WindowHandleRaw,
 };
 use symcomm::backend::emu::{EmuTeam, launch};
 
@@ -42,7 +42,7 @@ struct AllReduceRmsNormArgs {
     eps: f32,
     first_slot: u32,
 }
-const _: () = assert!(size_of::<AllReduceRmsNormArgs>() == 88);
+const _: () = assert!(size_of::<AllReduceRmsNormArgs>() == 96);
 
 // ---------------------------------------------------------------------------------------------
 // Element types.
@@ -714,11 +714,12 @@ fn mismatched_shapes_are_detected() {
 
 /// Arguments the kernel refuses before communicating, on every rank: a row that is not whole
 /// packs, a row longer than the CTA holds, a CTA that is not whole warps, a misaligned buffer, a
-/// partial row range beyond the window, barrier indices beyond SYMCOMM_USER_BARRIER_END.
+/// partial row range beyond the window, barrier indices beyond SYMCOMM_USER_BARRIER_END, a
+/// partial window of another element size or type.
 #[test]
 fn invalid_arguments_are_refused() {
     type Tweak = fn(&mut Shape, &mut AllReduceRmsNormArgs);
-    let tweaks: [(&str, Tweak); 6] = [
+    let tweaks: [(&str, Tweak); 8] = [
         ("hidden not whole packs", |_, a| a.hidden = 12),
         ("hidden > 16 x threads", |s, a| {
             s.threads = 32;
@@ -731,6 +732,12 @@ fn invalid_arguments_are_refused() {
         // CTA 1 would use index SYMCOMM_USER_BARRIER_END, whose word is send/recv's.
         ("grid beyond the barrier indices", |_, a| {
             a.first_slot = SYMCOMM_USER_BARRIER_END - 1;
+        }),
+        ("partial window of f32 elements (bf16 kernel)", |_, a| {
+            (a.partial.elem_size, a.partial.dtype) = (4, SYMCOMM_DTYPE_F32);
+        }),
+        ("partial window of f16 elements (bf16 kernel)", |_, a| {
+            (a.partial.elem_size, a.partial.dtype) = (2, SYMCOMM_DTYPE_F16);
         }),
     ];
     for (what, tweak) in tweaks {

@@ -54,6 +54,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::{KINDS, blocks};
 use symcomm::DEVICE_IMAGE;
 use symcomm::abi::*;
 use symcomm::backend::cuda::{
@@ -173,6 +174,8 @@ impl GpuTeam {
             bytes: win.bytes,
             rank,
             nranks: self.nranks,
+            elem_size: 1,
+            dtype: SYMCOMM_DTYPE_NONE,
         }
     }
 
@@ -913,16 +916,6 @@ fn status_name(s: u32) -> &'static str {
     }
 }
 
-/// Elements of input and output per rank, in units of `count` (the per-rank block size).
-fn blocks(kind: u32, n: u64) -> (u64, u64) {
-    match kind {
-        SYMCOMM_COLL_ALL_GATHER => (1, n),
-        SYMCOMM_COLL_REDUCE_SCATTER | SYMCOMM_COLL_SCATTER => (n, 1),
-        SYMCOMM_COLL_ALL_TO_ALL => (n, n),
-        _ => (1, 1),
-    }
-}
-
 fn hash(rank: u32, i: u64, salt: u64) -> u64 {
     u64::from(rank)
         .wrapping_mul(0x9e37_79b9)
@@ -1344,17 +1337,6 @@ struct Group {
     dt: DType,
     cases: Vec<Case>,
 }
-
-const KINDS: [u32; 8] = [
-    SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT,
-    SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT,
-    SYMCOMM_COLL_ALL_GATHER,
-    SYMCOMM_COLL_REDUCE_SCATTER,
-    SYMCOMM_COLL_BROADCAST,
-    SYMCOMM_COLL_REDUCE,
-    SYMCOMM_COLL_SCATTER,
-    SYMCOMM_COLL_ALL_TO_ALL,
-];
 
 /// Every kind x dtype, each with: rank counts x ops (reductions) x {out of place, in place} x
 /// {grid, CTA scope} x counts, aligned, plus two misaligned cases (out of place at grid scope
@@ -2157,6 +2139,131 @@ fn comm_checks(report: &mut Report, device: symcomm::Device, count: usize) {
     }
     if device != symcomm::Device::Emu {
         report.record("comm_mixed_devices", comm_mixed_devices_check(device));
+        report.record("occupancy_model", occupancy_model_check(device));
+        for n in [4u32, 8] {
+            report.record(
+                &format!("co_residency_threads_{n}"),
+                co_residency_check(device, n),
+            );
+        }
+    }
+}
+
+/// The emulator's occupancy model against the GPU's: for every built-in kernel at the block
+/// sizes symcomm launches, `cuOccupancyMaxActiveBlocksPerMultiprocessor` and what the emulator
+/// computes from the kernel's sm_90 ptxas report must agree (else the emulator's residency
+/// scheduler would be more forgiving than the GPU, or stricter).
+fn occupancy_model_check(device: symcomm::Device) -> Outcome {
+    let symcomm::Device::Cuda(ordinal) = device else {
+        return Err("not a CUDA device".into());
+    };
+    let gpu = symcomm::backend::Backend::Cuda(
+        symcomm::backend::cuda::CudaDevice::open(ordinal).map_err(err)?,
+    );
+    let emu = symcomm::backend::Backend::Emu;
+    let mut lines = Vec::new();
+    let mut bad = Vec::new();
+    let mut names = collective_kernel_names();
+    names.push("symcomm_sendrecv".into());
+    for name in &names {
+        let on_gpu = symcomm::Kernel::load(&gpu, &DEVICE_IMAGE, name).map_err(err)?;
+        let on_emu = symcomm::Kernel::load(&emu, &DEVICE_IMAGE, name).map_err(err)?;
+        for threads in [64u32, 512] {
+            let g = on_gpu.occupancy(threads, 0).map_err(err)?;
+            let e = on_emu.occupancy(threads, 0).map_err(err)?;
+            lines.push(format!("{name}@{threads}: gpu {g}, emulator {e}"));
+            if g != e {
+                bad.push(format!(
+                    "{name} at {threads} threads: GPU {g} CTAs/SM, emulator {e}"
+                ));
+            }
+        }
+    }
+    if bad.is_empty() {
+        Ok((lines.join("; "), Value::Null))
+    } else {
+        Err(bad.join("; "))
+    }
+}
+
+/// `nranks` ranks as threads on one GPU: the share of each is what the GPU holds divided among
+/// them; a co-resident launch beyond it is refused, and an all-reduce large enough to want more
+/// CTAs than the share (64 MiB) completes bit-exact with every launch capped.
+fn co_residency_check(device: symcomm::Device, nranks: u32) -> Outcome {
+    use symcomm::{CommOptions, Communicator, DataType, KernelArgs, LaunchConfig, RedOp};
+    let id = symcomm::UniqueId::new_on("127.0.0.1".parse().map_err(err)?).map_err(err)?;
+    let count = 16usize << 20; // 64 MiB of f32
+    let per_rank: Vec<Result<(u32, usize), String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..nranks)
+            .map(|r| {
+                let id = &id;
+                s.spawn(move || -> Result<(u32, usize), String> {
+                    let config = symcomm::bootstrap::BootstrapConfig::new(id.clone(), r, nranks)
+                        .with_timeout(Duration::from_secs(60))
+                        .with_host_id("gpu-check");
+                    let options = CommOptions::default().with_device_timeout(TIMEOUT);
+                    let comm = Communicator::init_with(&config, device, &options).map_err(err)?;
+                    let kernel = comm
+                        .load_kernel(&DEVICE_IMAGE, "symcomm_collective_f32")
+                        .map_err(err)?;
+                    let share = comm.co_resident_share(&kernel, 512, 0).map_err(err)?;
+                    let w = comm.alloc_window::<f32>(count).map_err(err)?;
+                    let stream = comm.create_stream().map_err(err)?;
+                    let kargs = KernelArgs::new()
+                        .arg(&comm.device_handle().map_err(err)?)
+                        .arg(&support::one_shot_sum_f32(
+                            w.device_handle().raw(),
+                            w.device_handle().raw(),
+                            0,
+                        ));
+                    let big = LaunchConfig::linear(share + 1, 512).co_resident();
+                    // SAFETY: refused before launching (checked below).
+                    match unsafe { comm.launch(&stream, &kernel, big, &kargs) } {
+                        Err(symcomm::Error::InvalidArgument(_)) => {}
+                        other => return Err(format!("launch beyond the share: {other:?}")),
+                    }
+                    let mine: Vec<f32> =
+                        (0..count).map(|i| ((i + r as usize) % 7) as f32).collect();
+                    w.write(0, &mine).map_err(err)?;
+                    comm.barrier().map_err(err)?;
+                    comm.all_reduce(&w, &w, count, DataType::F32, RedOp::Sum, &stream)
+                        .map_err(err)?;
+                    stream.synchronize().map_err(err)?;
+                    comm.check_error().map_err(err)?;
+                    let mut got = vec![0f32; count];
+                    w.read(0, &mut got).map_err(err)?;
+                    let wrong = (0..count)
+                        .filter(|&i| {
+                            let want: usize = (0..nranks as usize).map(|p| (i + p) % 7).sum();
+                            got[i].to_bits() != (want as f32).to_bits()
+                        })
+                        .count();
+                    Ok((share, wrong))
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("panicked".into())))
+            .collect()
+    });
+    let mut detail = Vec::new();
+    let mut ok = true;
+    for (r, res) in per_rank.iter().enumerate() {
+        match res {
+            Ok((share, wrong)) => {
+                detail.push(format!("rank {r}: share {share}, #wrong {wrong}"));
+                ok &= *wrong == 0;
+            }
+            Err(e) => {
+                detail.push(format!("rank {r}: {e}"));
+                ok = false;
+            }
+        }
+    }
+    if ok {
+        Ok((detail.join("; "), Value::Null))
+    } else {
+        Err(detail.join("; "))
     }
 }
 

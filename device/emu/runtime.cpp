@@ -714,6 +714,21 @@ SYMCOMM_EMU_UNINSTRUMENTED void gpu_retire(Gpu& g, unsigned sm, unsigned cost) {
     gpu_unlock(g);
 }
 
+/// Takes `n` consecutive tickets of `g` (configuring it on first use) and the cost of each CTA
+/// of a kernel with `occupancy`.
+SYMCOMM_EMU_UNINSTRUMENTED bool gpu_take_tickets(Gpu& g, unsigned occupancy, uint64_t n, unsigned* cost,
+                                                 uint64_t* first, char* err, size_t err_len, int* code) {
+    gpu_lock(g);
+    const bool ok = gpu_ensure(g, err, err_len, code);
+    if (ok) {
+        *cost = cta_cost(g, occupancy);
+        *first = g.next_ticket;
+        g.next_ticket += n;
+    }
+    gpu_unlock(g);
+    return ok;
+}
+
 /// A CTA's OS thread: what it runs and the room it gives back when it returns.
 struct CtaThread {
     Cta* cta;
@@ -916,7 +931,8 @@ void symcomm_emu_trap(const char* file, int line) {
     abort();
 }
 
-int symcomm_emu_gpu_configure(uint32_t gpu, uint32_t sms, uint32_t ctas_per_sm, char* err, size_t err_len) {
+SYMCOMM_EMU_UNINSTRUMENTED int symcomm_emu_gpu_configure(uint32_t gpu, uint32_t sms, uint32_t ctas_per_sm, char* err,
+                                                     size_t err_len) {
     if (gpu >= SYMCOMM_EMU_MAX_GPUS)
         return fail(err, err_len, SYMCOMM_EMU_EINVAL, "emulated GPU %u: at most %u GPUs", gpu, SYMCOMM_EMU_MAX_GPUS);
     if (sms < 1 || sms > SYMCOMM_EMU_MAX_SMS || ctas_per_sm < 1 || ctas_per_sm > kMaxCtasPerSm)
@@ -939,8 +955,8 @@ int symcomm_emu_gpu_configure(uint32_t gpu, uint32_t sms, uint32_t ctas_per_sm, 
     return SYMCOMM_EMU_OK;
 }
 
-int symcomm_emu_gpu_query(uint32_t gpu, uint32_t* sms, uint32_t* ctas_per_sm, uint32_t* resident, char* err,
-                          size_t err_len) {
+SYMCOMM_EMU_UNINSTRUMENTED int symcomm_emu_gpu_query(uint32_t gpu, uint32_t* sms, uint32_t* ctas_per_sm,
+                                                 uint32_t* resident, char* err, size_t err_len) {
     if (gpu >= SYMCOMM_EMU_MAX_GPUS)
         return fail(err, err_len, SYMCOMM_EMU_EINVAL, "emulated GPU %u: at most %u GPUs", gpu, SYMCOMM_EMU_MAX_GPUS);
     Gpu& g = g_gpus[gpu];
@@ -998,15 +1014,9 @@ int symcomm_emu_launch_on(uint32_t gpu, uint32_t occupancy, const char* name, sy
 
     // The launch's place in the GPU's queue: one ticket per CTA, taken together.
     Gpu& g = g_gpus[gpu];
-    gpu_lock(g);
-    if (!gpu_ensure(g, err, err_len, &code)) {
-        gpu_unlock(g);
-        return code;
-    }
-    const unsigned cost = cta_cost(g, occupancy);
-    const uint64_t first_ticket = g.next_ticket;
-    g.next_ticket += ctas;
-    gpu_unlock(g);
+    unsigned cost = 0;
+    uint64_t first_ticket = 0;
+    if (!gpu_take_tickets(g, occupancy, ctas, &cost, &first_ticket, err, err_len, &code)) return code;
 
     std::vector<void*> tsan_fibers;
 #if SYMCOMM_EMU_TSAN

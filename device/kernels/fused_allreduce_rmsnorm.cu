@@ -25,12 +25,13 @@
 //     uint32_t first_slot          CTA b uses barrier index first_slot + b (users' kernels: from
 //                                  SYMCOMM_USER_BARRIER_FIRST, clear of the host collectives')
 //
-// 88 bytes, no padding (a Rust mirror: the same fields in order, pointers as u64, #[repr(C)];
+// 96 bytes, no padding (a Rust mirror: the same fields in order, pointers as u64, #[repr(C)];
 // tests/emu_fused.rs has one). Preconditions, refused with Status::InvalidArgument in the rank's
 // ErrorRecord (op SYMCOMM_OP_COLLECTIVE, detail RMSNORM_KIND) before any communication:
 // hidden > 0 and a multiple of 16 / sizeof(T) (8 for bf16, 4 for f32); every pointer and the
 // local copy of `partial` at partial_offset 16-byte aligned; partial_offset + tokens * hidden
-// within the window; a 1-D grid and block; first_slot + gridDim.x <= SYMCOMM_USER_BARRIER_END;
+// within the window, which holds T (element size sizeof(T) or 1, type T's or
+// SYMCOMM_DTYPE_NONE); a 1-D grid and block; first_slot + gridDim.x <= SYMCOMM_USER_BARRIER_END;
 // blockDim.x a multiple of 32 with hidden <= 16 * blockDim.x (each thread keeps 16 floats of its
 // row in registers).
 //
@@ -81,7 +82,7 @@ struct AllReduceRmsNormArgs {
     float eps;
     uint32_t first_slot;
 };
-static_assert(sizeof(AllReduceRmsNormArgs<float>) == 88 && alignof(AllReduceRmsNormArgs<float>) == 8,
+static_assert(sizeof(AllReduceRmsNormArgs<float>) == 96 && alignof(AllReduceRmsNormArgs<float>) == 8,
               "AllReduceRmsNormArgs layout (mirrored in Rust)");
 
 /// The `kind` of this kernel's fingerprint: outside the SYMCOMM_COLL_* codes, so it can never
@@ -107,8 +108,9 @@ SYMCOMM_DEVICE bool args_valid(const AllReduceRmsNormArgs<T>& a, const DevComm& 
     return a.first_slot <= SYMCOMM_USER_BARRIER_END && gridDim.x <= SYMCOMM_USER_BARRIER_END - a.first_slot &&
            a.hidden > 0 && a.hidden % P == 0 && blockDim.y == 1 && blockDim.z == 1 && gridDim.y == 1 &&
            gridDim.z == 1 && blockDim.x % 32 == 0 && a.hidden <= FLOATS_PER_THREAD * blockDim.x &&
-           a.partial.nranks == comm.nranks && a.partial.rank == comm.rank && a.partial_offset <= partial.count() &&
-           elems <= partial.count() - a.partial_offset && pack_aligned(partial.local_ptr(a.partial_offset)) &&
+           a.partial.nranks == comm.nranks && a.partial.rank == comm.rank && partial.holds() &&
+           partial.holds_dtype(uint32_t(TypeTraits<T>::dtype)) && partial.fits(a.partial_offset, elems) &&
+           pack_aligned(partial.local_ptr(a.partial_offset)) &&
            pack_aligned(a.residual) && pack_aligned(a.residual_out) && pack_aligned(a.out) && pack_aligned(a.gamma);
 }
 

@@ -4,7 +4,7 @@
 //! `SYMCOMM_BLESS=1 cargo test -p symcomm-device --test abi` regenerates it.
 #![allow(non_camel_case_types, non_snake_case, missing_docs, clippy::all)]
 
-pub const SYMCOMM_ABI_VERSION: u32 = 1;
+pub const SYMCOMM_ABI_VERSION: u32 = 2;
 pub const SYMCOMM_SIGNAL_WORDS: u32 = 256;
 pub const SYMCOMM_USER_SIGNAL_END: u32 = 64;
 pub const SYMCOMM_BARRIER_WORD_FIRST: u32 = 64;
@@ -33,6 +33,7 @@ pub const SYMCOMM_DTYPE_U32: u32 = 9;
 pub const SYMCOMM_DTYPE_I64: u32 = 10;
 pub const SYMCOMM_DTYPE_U64: u32 = 11;
 pub const SYMCOMM_DTYPE_COUNT: u32 = 12;
+pub const SYMCOMM_DTYPE_NONE: u32 = 255;
 pub const SYMCOMM_REDOP_SUM: u32 = 0;
 pub const SYMCOMM_REDOP_PROD: u32 = 1;
 pub const SYMCOMM_REDOP_MIN: u32 = 2;
@@ -43,8 +44,18 @@ pub const SYMCOMM_OP_SIGNAL_WAIT: u32 = 1;
 pub const SYMCOMM_OP_BARRIER: u32 = 2;
 pub const SYMCOMM_OP_COLLECTIVE: u32 = 3;
 pub const SYMCOMM_OP_SIGNAL: u32 = 4;
-pub const SYMCOMM_OP_USER: u32 = 5;
-pub const SYMCOMM_OP_GRID_SYNC: u32 = 6;
+pub const SYMCOMM_OP_PUT: u32 = 5;
+pub const SYMCOMM_OP_USER: u32 = 6;
+pub const SYMCOMM_OP_GRID_SYNC: u32 = 7;
+pub const SYMCOMM_REFUSED_CODE: u32 = 1;
+pub const SYMCOMM_REFUSED_ROOT: u32 = 2;
+pub const SYMCOMM_REFUSED_OVERLAP: u32 = 3;
+pub const SYMCOMM_REFUSED_CTA_SIZE: u32 = 4;
+pub const SYMCOMM_REFUSED_SRC_RANGE: u32 = 5;
+pub const SYMCOMM_REFUSED_DST_RANGE: u32 = 6;
+pub const SYMCOMM_REFUSED_ELEM_SIZE: u32 = 7;
+pub const SYMCOMM_REFUSED_DTYPE: u32 = 8;
+pub const SYMCOMM_REFUSED_PEER: u32 = 9;
 pub const SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT: u32 = 0;
 pub const SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT: u32 = 1;
 pub const SYMCOMM_COLL_ALL_GATHER: u32 = 2;
@@ -104,7 +115,7 @@ const _: () = {
     ["Offset of field: DevComm::timeout_ns"]
         [::core::mem::offset_of!(DevComm, timeout_ns) - 48usize];
 };
-#[doc = " Device handle of a symmetric window (untyped; C++ wraps it as `WindowHandle<T>`).\n\n Flat layout: rank r's copy starts at `base + r * stride`; each copy holds `bytes` bytes."]
+#[doc = " Device handle of a symmetric window (C++ wraps it as `WindowHandle<T>`).\n\n Flat layout: rank r's copy starts at `base + r * stride`; each copy holds `bytes` bytes.\n The element type travels with it so that device code can refuse a typed access of another\n type: `elem_size` bytes per element (1 for byte windows, which any element type may view) and\n `dtype`, the SYMCOMM_DTYPE_* code of the element, or SYMCOMM_DTYPE_NONE when the element is\n not one of those types."]
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct WindowHandleRaw {
@@ -118,10 +129,14 @@ pub struct WindowHandleRaw {
     pub rank: u32,
     #[doc = " Ranks sharing the window."]
     pub nranks: u32,
+    #[doc = " Bytes per element (sizeof the host's element type; 1 for untyped byte windows)."]
+    pub elem_size: u32,
+    #[doc = " SYMCOMM_DTYPE_* of the element, or SYMCOMM_DTYPE_NONE."]
+    pub dtype: u32,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of WindowHandleRaw"][::core::mem::size_of::<WindowHandleRaw>() - 32usize];
+    ["Size of WindowHandleRaw"][::core::mem::size_of::<WindowHandleRaw>() - 40usize];
     ["Alignment of WindowHandleRaw"][::core::mem::align_of::<WindowHandleRaw>() - 8usize];
     ["Offset of field: WindowHandleRaw::base"]
         [::core::mem::offset_of!(WindowHandleRaw, base) - 0usize];
@@ -133,6 +148,10 @@ const _: () = {
         [::core::mem::offset_of!(WindowHandleRaw, rank) - 24usize];
     ["Offset of field: WindowHandleRaw::nranks"]
         [::core::mem::offset_of!(WindowHandleRaw, nranks) - 28usize];
+    ["Offset of field: WindowHandleRaw::elem_size"]
+        [::core::mem::offset_of!(WindowHandleRaw, elem_size) - 32usize];
+    ["Offset of field: WindowHandleRaw::dtype"]
+        [::core::mem::offset_of!(WindowHandleRaw, dtype) - 36usize];
 };
 #[doc = " First error a kernel hit on this rank, written once (status goes from OK to non-zero with an\n atomic compare-and-swap) and read by the host."]
 #[repr(C)]
@@ -195,7 +214,7 @@ pub struct CollArgs {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of CollArgs"][::core::mem::size_of::<CollArgs>() - 120usize];
+    ["Size of CollArgs"][::core::mem::size_of::<CollArgs>() - 136usize];
     ["Alignment of CollArgs"][::core::mem::align_of::<CollArgs>() - 8usize];
     ["Offset of field: CollArgs::kind"][::core::mem::offset_of!(CollArgs, kind) - 0usize];
     ["Offset of field: CollArgs::dtype"][::core::mem::offset_of!(CollArgs, dtype) - 4usize];
@@ -211,7 +230,7 @@ const _: () = {
     ["Offset of field: CollArgs::tile_stride"]
         [::core::mem::offset_of!(CollArgs, tile_stride) - 48usize];
     ["Offset of field: CollArgs::src"][::core::mem::offset_of!(CollArgs, src) - 56usize];
-    ["Offset of field: CollArgs::dst"][::core::mem::offset_of!(CollArgs, dst) - 88usize];
+    ["Offset of field: CollArgs::dst"][::core::mem::offset_of!(CollArgs, dst) - 96usize];
 };
 #[doc = " One operation of `symcomm_sendrecv` on `bytes` bytes at device address `addr` (the user's\n  buffer, any device memory)."]
 #[repr(C)]
@@ -256,10 +275,10 @@ pub struct P2pArgs {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of P2pArgs"][::core::mem::size_of::<P2pArgs>() - 1064usize];
+    ["Size of P2pArgs"][::core::mem::size_of::<P2pArgs>() - 1072usize];
     ["Alignment of P2pArgs"][::core::mem::align_of::<P2pArgs>() - 8usize];
     ["Offset of field: P2pArgs::stage"][::core::mem::offset_of!(P2pArgs, stage) - 0usize];
-    ["Offset of field: P2pArgs::nops"][::core::mem::offset_of!(P2pArgs, nops) - 32usize];
-    ["Offset of field: P2pArgs::reserved"][::core::mem::offset_of!(P2pArgs, reserved) - 36usize];
-    ["Offset of field: P2pArgs::ops"][::core::mem::offset_of!(P2pArgs, ops) - 40usize];
+    ["Offset of field: P2pArgs::nops"][::core::mem::offset_of!(P2pArgs, nops) - 40usize];
+    ["Offset of field: P2pArgs::reserved"][::core::mem::offset_of!(P2pArgs, reserved) - 44usize];
+    ["Offset of field: P2pArgs::ops"][::core::mem::offset_of!(P2pArgs, ops) - 48usize];
 };

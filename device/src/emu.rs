@@ -42,7 +42,8 @@ pub const DEFAULT_CTAS_PER_SM: u32 = 32;
 pub struct GpuResidency {
     /// SMs.
     pub sms: u32,
-    /// Room per SM: a CTA of a kernel with occupancy k CTAs per SM takes `ctas_per_sm / k` of it.
+    /// Most CTAs per SM: a CTA of a kernel with occupancy k CTAs per SM takes 1 / min(k,
+    /// `ctas_per_sm`) of an SM.
     pub ctas_per_sm: u32,
     /// CTAs resident at the time of the query.
     pub resident: u32,

@@ -126,7 +126,9 @@ fn rust_layout() -> Vec<(String, usize)> {
             stride,
             bytes,
             rank,
-            nranks
+            nranks,
+            elem_size,
+            dtype
         }
     );
     layout!(

@@ -27,7 +27,7 @@ use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys as dsys;
 use cudarc::nvrtc::sys as nsys;
-use symcomm_device::abi::{DevComm, ErrorRecord, WindowHandleRaw};
+use symcomm_device::abi::{DevComm, ErrorRecord, SYMCOMM_DTYPE_NONE, WindowHandleRaw};
 use symcomm_device::image::{DeviceImage, Module};
 
 use crate::{Error, Result};
@@ -58,8 +58,8 @@ const DRIVER_SYMBOLS: &[&str] = &[
     "cuModuleLoadDataEx",
     "cuModuleGetFunction",
     "cuModuleUnload",
-    "cuMemAlloc_v2",
-    "cuMemFree_v2",
+    "cuMemAllocAsync",
+    "cuMemFreeAsync",
     "cuMemsetD8_v2",
     "cuMemcpyHtoD_v2",
     "cuMemcpyDtoH_v2",
@@ -831,18 +831,28 @@ impl CudaDevice {
                 "a device buffer needs at least one byte".into(),
             ));
         }
-        self.ctx.bind()?;
+        // A stream of the buffer's own: allocation, zeroing and the free are ordered on it
+        // (stream-ordered allocator), so none of them synchronizes the context — with ranks
+        // sharing the GPU, a context-wide synchronize (what cuMemFree does) would wait for a
+        // peer's kernel that waits for this rank.
+        let stream = self.create_stream()?;
         let mut ptr: dsys::CUdeviceptr = 0;
-        // SAFETY: the context is current; the out-pointer is a live local.
-        check("cuMemAlloc_v2", unsafe {
-            dsys::cuMemAlloc_v2(&mut ptr, bytes)
+        // SAFETY: the context is current (create_stream bound it); the out-pointer is a live
+        // local; `stream.stream` is a live stream of this context.
+        check("cuMemAllocAsync", unsafe {
+            dsys::cuMemAllocAsync(&mut ptr, bytes, stream.stream)
         })?;
         let buf = DeviceBuffer {
             ctx: Arc::clone(&self.ctx),
             ptr,
             bytes,
+            stream,
         };
-        buf.zero()?;
+        // SAFETY: the whole allocation is written, in order after the allocation on its stream.
+        check("cuMemsetD8Async", unsafe {
+            dsys::cuMemsetD8Async(buf.ptr, 0, bytes, buf.stream.stream)
+        })?;
+        buf.stream.synchronize()?;
         Ok(buf)
     }
 
@@ -1556,27 +1566,36 @@ impl Drop for Graph {
 /// # Safety
 /// Implementors are `Copy`, contain no pointers to host state that a copy could invalidate, have
 /// no padding bytes, and every bit pattern of their size is a valid value.
-pub unsafe trait DevicePlain: Copy + 'static {}
+pub unsafe trait DevicePlain: Copy + 'static {
+    /// The `SYMCOMM_DTYPE_*` code a window of this type carries to the device
+    /// (`WindowHandleRaw::dtype`), where collectives of another type refuse it. The default,
+    /// `SYMCOMM_DTYPE_NONE`, lets collectives of any type of the same size (or, for a 1-byte
+    /// type, any type at all) use the window: right for user structs, and for `u8`, `u16` and
+    /// `i16`, which Rust programs use to hold fp8, f16 and bf16 values and raw bytes.
+    const DTYPE: u32 = SYMCOMM_DTYPE_NONE;
+}
 
 macro_rules! device_plain {
-    ($($t:ty),*) => {$(
+    ($($t:ty $(= $code:expr)?),*) => {$(
         // SAFETY: primitive integers and floats, and the ABI structs (all-integer `repr(C)` with
         // no padding, pinned by the layout assertions in abi.h and abi.rs), accept every bit
         // pattern.
-        unsafe impl DevicePlain for $t {}
+        unsafe impl DevicePlain for $t {
+            $(const DTYPE: u32 = $code;)?
+        }
     )*};
 }
 device_plain!(
     u8,
     u16,
-    u32,
-    u64,
-    i8,
+    u32 = symcomm_device::abi::SYMCOMM_DTYPE_U32,
+    u64 = symcomm_device::abi::SYMCOMM_DTYPE_U64,
+    i8 = symcomm_device::abi::SYMCOMM_DTYPE_I8,
     i16,
-    i32,
-    i64,
-    f32,
-    f64,
+    i32 = symcomm_device::abi::SYMCOMM_DTYPE_I32,
+    i64 = symcomm_device::abi::SYMCOMM_DTYPE_I64,
+    f32 = symcomm_device::abi::SYMCOMM_DTYPE_F32,
+    f64 = symcomm_device::abi::SYMCOMM_DTYPE_F64,
     DevComm,
     WindowHandleRaw,
     ErrorRecord
@@ -1593,6 +1612,8 @@ pub struct DeviceBuffer {
     ctx: Arc<Context>,
     ptr: dsys::CUdeviceptr,
     bytes: usize,
+    /// The stream the allocation and its free are ordered on (see [`CudaDevice::alloc_zeroed`]).
+    stream: Stream,
 }
 
 // SAFETY: a device address is valid from any thread of the process; the context is made current
@@ -1699,10 +1720,12 @@ impl Drop for DeviceBuffer {
             tracing::warn!(target: "symcomm::cuda", error = %e, "device memory not freed");
             return;
         }
-        // SAFETY: the allocation came from cuMemAlloc in this context and is freed exactly once.
-        let r = unsafe { dsys::cuMemFree_v2(self.ptr) };
+        // SAFETY: the allocation came from cuMemAllocAsync on `self.stream` in this context and
+        // is freed exactly once, in order on that stream (no context-wide synchronize); the
+        // owner waited for the work that used it (Buffer's last use).
+        let r = unsafe { dsys::cuMemFreeAsync(self.ptr, self.stream.stream) };
         if r != dsys::CUresult::CUDA_SUCCESS {
-            tracing::warn!(target: "symcomm::cuda", error = ?r, "cuMemFree failed");
+            tracing::warn!(target: "symcomm::cuda", error = ?r, "cuMemFreeAsync failed");
         }
     }
 }

@@ -11,7 +11,8 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use symcomm_device::abi::{
-    DevComm, ErrorRecord, SYMCOMM_ABI_VERSION, SYMCOMM_SIGNAL_WORDS, WindowHandleRaw,
+    DevComm, ErrorRecord, SYMCOMM_ABI_VERSION, SYMCOMM_DTYPE_NONE, SYMCOMM_SIGNAL_WORDS,
+    WindowHandleRaw,
 };
 use symcomm_device::image::DeviceImage;
 
@@ -175,7 +176,9 @@ impl EmuTeam {
         self.window_of(0, rank)
     }
 
-    /// Device handle of window `w` for `rank`. Panics if `w` does not exist (a test harness).
+    /// Device handle of window `w` for `rank`: a byte window (`elem_size` 1, `SYMCOMM_DTYPE_NONE`),
+    /// which collectives of every type accept; set the fields to type it. Panics if `w` does
+    /// not exist (a test harness).
     pub fn window_of(&mut self, w: usize, rank: u32) -> WindowHandleRaw {
         let nranks = self.nranks;
         let win = &mut self.windows[w];
@@ -185,6 +188,8 @@ impl EmuTeam {
             bytes: win.bytes,
             rank,
             nranks,
+            elem_size: 1,
+            dtype: SYMCOMM_DTYPE_NONE,
         }
     }
 

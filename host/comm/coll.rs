@@ -27,9 +27,10 @@ use std::marker::PhantomData;
 use std::sync::{Mutex, OnceLock};
 
 use symcomm_device::abi::{
-    CollArgs, P2pArgs, P2pOp, SYMCOMM_HOST_BARRIER_END, SYMCOMM_HOST_LANE_BARRIERS,
-    SYMCOMM_P2P_EXCHANGE, SYMCOMM_P2P_MAX_OPS, SYMCOMM_P2P_RECV, SYMCOMM_P2P_SEND,
-    SYMCOMM_SCOPE_GRID, SYMCOMM_USER_BARRIER_END, SYMCOMM_USER_BARRIER_FIRST, WindowHandleRaw,
+    CollArgs, P2pArgs, P2pOp, SYMCOMM_DTYPE_NONE, SYMCOMM_HOST_BARRIER_END,
+    SYMCOMM_HOST_LANE_BARRIERS, SYMCOMM_P2P_EXCHANGE, SYMCOMM_P2P_MAX_OPS, SYMCOMM_P2P_RECV,
+    SYMCOMM_P2P_SEND, SYMCOMM_SCOPE_GRID, SYMCOMM_USER_BARRIER_END, SYMCOMM_USER_BARRIER_FIRST,
+    WindowHandleRaw,
 };
 
 use super::{Communicator, Window, memory::FlatMapping};
@@ -217,6 +218,9 @@ pub struct BufferRef<'a> {
     bytes: u64,
     /// The whole window and the byte offset into it, with its communicator's identity.
     window: Option<(WindowHandleRaw, u64, usize)>,
+    /// The [`Buffer`] the memory belongs to: calls record their last use of it, which its drop
+    /// waits for.
+    buffer: Option<&'a Buffer>,
     _borrow: PhantomData<&'a ()>,
 }
 
@@ -233,6 +237,7 @@ impl<'a> BufferRef<'a> {
             addr,
             bytes,
             window: None,
+            buffer: None,
             _borrow: PhantomData,
         }
     }
@@ -254,6 +259,7 @@ impl<'a, T: DevicePlain> From<&'a Window<'_, T>> for BufferRef<'a> {
             addr: 0,
             bytes: 0,
             window: None,
+            buffer: None,
             _borrow: PhantomData,
         })
     }
@@ -265,6 +271,7 @@ impl<'a> From<&'a Buffer> for BufferRef<'a> {
             addr: b.addr(),
             bytes: b.len() as u64,
             window: None,
+            buffer: Some(b),
             _borrow: PhantomData,
         }
     }
@@ -291,6 +298,7 @@ impl<T: DevicePlain> Window<'_, T> {
             addr: raw.base + u64::from(raw.rank) * raw.stride + off,
             bytes: (len * size_of::<T>()) as u64,
             window: Some((raw, off, std::ptr::from_ref(self.communicator()) as usize)),
+            buffer: None,
             _borrow: PhantomData,
         })
     }
@@ -361,6 +369,13 @@ pub(super) struct Builtin {
     max_ctas: u32,
 }
 
+impl Lane {
+    /// Rank `rank`'s handle of one of the lane's staging windows: bytes, used as any type.
+    fn stage_handle(&self, m: &FlatMapping, rank: u32) -> WindowHandleRaw {
+        m.handle(rank, self.stage_bytes, 1, SYMCOMM_DTYPE_NONE)
+    }
+}
+
 /// Per-communicator state of the host collectives.
 #[derive(Default)]
 pub(super) struct CollState {
@@ -397,7 +412,8 @@ impl Communicator {
     ///
     /// # Errors
     /// See [the collectives](crate::comm::coll): [`Error::InvalidArgument`] (counts, sizes,
-    /// alignment, aliasing, foreign windows, a third stream; nothing launched), the
+    /// alignment, aliasing, foreign windows, windows of another element type — a `Window<f32>`
+    /// is not an `I32` buffer, see [`DevicePlain::DTYPE`] — a third stream; nothing launched), the
     /// communicator's sticky error ([`Error::PeerLost`], device errors), backend errors.
     #[allow(clippy::too_many_arguments)]
     pub fn all_reduce<'a>(
@@ -809,6 +825,9 @@ impl Communicator {
             _ => self.staged(&call, &lane, kind, builtin, stream, &dev),
         };
         self.track(&lane, stream);
+        for b in [send.buffer, recv.buffer].into_iter().flatten() {
+            b.used_by(stream);
+        }
         issued
     }
 
@@ -897,14 +916,10 @@ impl Communicator {
         }
         let stage_in = lane.stage_in.base() + u64::from(self.rank) * lane.stage_in.stride();
         let stage_out = lane.stage_out.base() + u64::from(self.rank) * lane.stage_out.stride();
-        let window = |m: &FlatMapping| WindowHandleRaw {
-            base: m.base(),
-            stride: m.stride(),
-            bytes: lane.stage_bytes,
-            rank: self.rank,
-            nranks: self.nranks,
-        };
-        let (win_in, win_out) = (window(&lane.stage_in), window(&lane.stage_out));
+        let (win_in, win_out) = (
+            lane.stage_handle(&lane.stage_in, self.rank),
+            lane.stage_handle(&lane.stage_out, self.rank),
+        );
         let mut off = 0;
         while off < call.count {
             let c = cap.min(call.count - off);
@@ -995,6 +1010,22 @@ impl Communicator {
             if b.window.is_some_and(|(_, _, owner)| owner != me) {
                 return bad(format!("the {what} window belongs to another communicator"));
             }
+            // The device refuses these too (after the launch, as a sticky error): refuse here.
+            if let Some((w, _, _)) = b.window {
+                let size_ok = w.elem_size == 1 || u64::from(w.elem_size) == size;
+                let type_ok = w.dtype == SYMCOMM_DTYPE_NONE || w.dtype == call.dtype.code();
+                if !size_ok || !type_ok {
+                    return bad(format!(
+                        "the {what} window holds {} elements; a {} collective cannot use it \
+                         (a window of u8 holds any type; of u16, i16 or a user type, any type of that size)",
+                        DataType::ALL.get(w.dtype as usize).map_or_else(
+                            || format!("{}-byte", w.elem_size),
+                            |d| d.name().to_owned()
+                        ),
+                        call.dtype.name()
+                    ));
+                }
+            }
             if b.addr == 0 && need > 0 {
                 return bad(format!("the {what} buffer is null"));
             }
@@ -1039,6 +1070,8 @@ unsafe impl crate::stream::KernelArg for P2pArgs {}
 pub struct P2pGroup<'a> {
     nranks: u32,
     ops: Vec<P2pOp>,
+    /// The [`Buffer`]s the operations use (their drops wait for the group's launch).
+    buffers: Vec<&'a Buffer>,
     _borrow: PhantomData<&'a ()>,
 }
 
@@ -1093,6 +1126,9 @@ impl<'a> P2pGroup<'a> {
         }
         if bytes == 0 {
             return Ok(());
+        }
+        if let Some(b) = buf.buffer {
+            self.buffers.push(b);
         }
         // Overlaps: sends may share memory; a receive may overlap nothing else, except a send
         // of exactly the same bytes (in place), which becomes one exchange.
@@ -1243,6 +1279,7 @@ impl Communicator {
         let mut group = P2pGroup {
             nranks: self.nranks,
             ops: Vec::new(),
+            buffers: Vec::new(),
             _borrow: PhantomData,
         };
         build(&mut group)?;
@@ -1274,13 +1311,7 @@ impl Communicator {
             )));
         }
         let mut args = P2pArgs {
-            stage: WindowHandleRaw {
-                base: lane.stage_in.base(),
-                stride: lane.stage_in.stride(),
-                bytes: lane.stage_bytes,
-                rank: self.rank,
-                nranks: self.nranks,
-            },
+            stage: lane.stage_handle(&lane.stage_in, self.rank),
             nops: group.ops.len() as u32,
             reserved: 0,
             ops: [P2pOp::default(); SYMCOMM_P2P_MAX_OPS as usize],
@@ -1298,6 +1329,9 @@ impl Communicator {
             )
         };
         self.track(&lane, stream);
+        for b in &group.buffers {
+            b.used_by(stream);
+        }
         issued
     }
 }

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use nix::sys::memfd::{MFdFlags, memfd_create};
 use nix::sys::mman::{MapFlags, ProtFlags, mmap, mmap_anonymous, munmap};
 
-use symcomm_device::abi::ErrorRecord;
+use symcomm_device::abi::{ErrorRecord, WindowHandleRaw};
 
 use crate::backend::Backend;
 use crate::backend::cuda::{HostMapped, VmmRange, VmmSegment};
@@ -173,6 +173,27 @@ impl FlatMapping {
     /// Bytes between consecutive ranks' copies.
     pub(crate) fn stride(&self) -> u64 {
         self.stride
+    }
+
+    /// Rank `rank`'s device handle of the mapping as a window of `bytes` bytes per rank whose
+    /// elements are `elem_size` bytes of type `dtype` (`SYMCOMM_DTYPE_*` or `_NONE`; a byte
+    /// window, which the device lets any element type use, is 1 and `_NONE`).
+    pub(crate) fn handle(
+        &self,
+        rank: u32,
+        bytes: u64,
+        elem_size: u32,
+        dtype: u32,
+    ) -> WindowHandleRaw {
+        WindowHandleRaw {
+            base: self.base,
+            stride: self.stride,
+            bytes,
+            rank,
+            nranks: self.nranks,
+            elem_size,
+            dtype,
+        }
     }
 
     /// Copies `data` into rank `rank`'s copy at byte `offset` (bounds checked by the caller).

@@ -956,6 +956,7 @@ fn op_name(op: u32) -> &'static str {
         symcomm_device::abi::SYMCOMM_OP_SIGNAL => "signal",
         symcomm_device::abi::SYMCOMM_OP_USER => "user kernel",
         symcomm_device::abi::SYMCOMM_OP_GRID_SYNC => "grid_sync",
+        symcomm_device::abi::SYMCOMM_OP_PUT => "put_with_signal",
         _ => "device operation",
     }
 }
@@ -998,6 +999,51 @@ pub(crate) fn describe_record(rec: &ErrorRecord) -> String {
     }
 }
 
+/// Words for an InvalidArgument record's detail: what refused (the collective kind, or the
+/// put's peer) and why (`SYMCOMM_REFUSED_*` in bits 32..39).
+fn refusal(rec: &ErrorRecord, describe: &str) -> String {
+    use symcomm_device::abi as a;
+    let (op, detail) = (rec.op, rec.detail);
+    let low = detail as u32;
+    let what = match op {
+        a::SYMCOMM_OP_COLLECTIVE => match low {
+            a::SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT => "all_reduce (one-shot)".to_owned(),
+            a::SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT => "all_reduce (two-shot)".to_owned(),
+            a::SYMCOMM_COLL_ALL_GATHER => "all_gather".to_owned(),
+            a::SYMCOMM_COLL_REDUCE_SCATTER => "reduce_scatter".to_owned(),
+            a::SYMCOMM_COLL_BROADCAST => "broadcast".to_owned(),
+            a::SYMCOMM_COLL_REDUCE => "reduce".to_owned(),
+            a::SYMCOMM_COLL_SCATTER => "scatter".to_owned(),
+            a::SYMCOMM_COLL_ALL_TO_ALL => "all_to_all".to_owned(),
+            k => format!("collective kind {k}"),
+        },
+        a::SYMCOMM_OP_PUT => format!("put_with_signal to rank {low}"),
+        _ => {
+            return format!(
+                "a device-side precondition of {} failed: {describe}",
+                op_name(op)
+            );
+        }
+    };
+    let why = match (detail >> 32) as u32 & 0xff {
+        a::SYMCOMM_REFUSED_CODE => {
+            "a kind, dtype, reduction or scope code is invalid or not the kernel's"
+        }
+        a::SYMCOMM_REFUSED_ROOT => "the root is not a rank",
+        a::SYMCOMM_REFUSED_OVERLAP => "the input and output overlap without being in place",
+        a::SYMCOMM_REFUSED_CTA_SIZE => {
+            "in-place all_to_all needs at least as many threads per CTA as ranks"
+        }
+        a::SYMCOMM_REFUSED_SRC_RANGE => "the input range does not fit in its window",
+        a::SYMCOMM_REFUSED_DST_RANGE => "the output range does not fit in its window",
+        a::SYMCOMM_REFUSED_ELEM_SIZE => "the element size is not the window's",
+        a::SYMCOMM_REFUSED_DTYPE => "the element type is not the window's",
+        a::SYMCOMM_REFUSED_PEER => "a peer is not a rank of the window",
+        _ => "a device-side precondition failed",
+    };
+    format!("{what} refused its arguments on the device: {why} (detail {detail:#x})")
+}
+
 /// The error a kernel recorded.
 pub(crate) fn error_from_record(rec: &ErrorRecord) -> Error {
     use symcomm_device::abi as a;
@@ -1025,6 +1071,9 @@ pub(crate) fn error_from_record(rec: &ErrorRecord) -> Error {
             "rank {}: a kernel was built against another symcomm ABI version (host has {SYMCOMM_ABI_VERSION})",
             rec.rank
         )),
+        a::SYMCOMM_STATUS_INVALID_ARGUMENT => {
+            Error::InvalidArgument(format!("rank {}: {}", rec.rank, refusal(rec, &detail)))
+        }
         s => Error::InvalidArgument(format!(
             "rank {}: a device-side precondition of {op} failed (status {s}: {detail})",
             rec.rank
@@ -1227,5 +1276,42 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn device_refusals_are_told_in_words() {
+        use symcomm_device::abi as a;
+        let msg = |op, detail| {
+            let rec = ErrorRecord {
+                status: a::SYMCOMM_STATUS_INVALID_ARGUMENT,
+                rank: 1,
+                peer: 1,
+                op,
+                detail,
+                time_ns: 0,
+            };
+            error_from_record(&rec).to_string()
+        };
+        let m = msg(
+            a::SYMCOMM_OP_COLLECTIVE,
+            u64::from(a::SYMCOMM_REFUSED_DST_RANGE) << 32 | u64::from(a::SYMCOMM_COLL_ALL_GATHER),
+        );
+        assert!(
+            m.contains("all_gather") && m.contains("output range does not fit"),
+            "{m}"
+        );
+        let m = msg(
+            a::SYMCOMM_OP_COLLECTIVE,
+            u64::from(a::SYMCOMM_REFUSED_DTYPE) << 32 | u64::from(a::SYMCOMM_COLL_REDUCE),
+        );
+        assert!(m.contains("reduce") && m.contains("element type"), "{m}");
+        let m = msg(
+            a::SYMCOMM_OP_PUT,
+            u64::from(a::SYMCOMM_REFUSED_PEER) << 32 | 7,
+        );
+        assert!(
+            m.contains("put_with_signal to rank 7") && m.contains("not a rank"),
+            "{m}"
+        );
     }
 }

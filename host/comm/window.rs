@@ -106,16 +106,17 @@ impl<'c, T: DevicePlain> Window<'c, T> {
         self.comm
     }
 
-    /// The device handle for kernels: rank r's copy at `base + r * stride`.
+    /// The device handle for kernels: rank r's copy at `base + r * stride`, with the element
+    /// size and type code of `T` ([`DevicePlain::DTYPE`]), against which the device library's
+    /// collectives and put / get check every range and type before touching memory.
     pub fn device_handle(&self) -> WindowHandle<T> {
         WindowHandle {
-            raw: WindowHandleRaw {
-                base: self.mapping.base(),
-                stride: self.mapping.stride(),
-                bytes: self.bytes(),
-                rank: self.comm.rank(),
-                nranks: self.comm.nranks(),
-            },
+            raw: self.mapping.handle(
+                self.comm.rank(),
+                self.bytes(),
+                size_of::<T>() as u32,
+                T::DTYPE,
+            ),
             _elem: PhantomData,
         }
     }

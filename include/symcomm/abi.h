@@ -25,7 +25,7 @@ typedef unsigned long long uint64_t;
 
 /** Version of the layouts below; `DevComm::abi_version` carries it so a kernel can refuse a host
  *  built against different headers. */
-#define SYMCOMM_ABI_VERSION 1u
+#define SYMCOMM_ABI_VERSION 2u
 
 /* The signal area. Every (owner rank, writing peer) pair has SYMCOMM_SIGNAL_WORDS signal words:
  * 64-bit words in the owner's signal array that only the peer writes (epochs: values only grow).
@@ -109,6 +109,9 @@ typedef unsigned long long uint64_t;
 #define SYMCOMM_DTYPE_U64 11u
 /** Number of element-type codes: valid codes are [0, SYMCOMM_DTYPE_COUNT). */
 #define SYMCOMM_DTYPE_COUNT 12u
+/** `WindowHandleRaw::dtype` of a window whose elements are not one of the types above (user
+ *  structs, raw bytes): collectives of any type of the window's element size may use it. */
+#define SYMCOMM_DTYPE_NONE 255u
 
 /* Reduction operators of collectives (`symcomm::RedOp` in reduce.cuh). Part of a collective's
  * fingerprint. */
@@ -130,14 +133,42 @@ typedef unsigned long long uint64_t;
 #define SYMCOMM_OP_SIGNAL_WAIT 1u
 /** A barrier (`barrier`, and the barriers inside collectives). */
 #define SYMCOMM_OP_BARRIER 2u
-/** A collective refused its arguments (detail: the collective kind). */
+/** A collective refused its arguments (status InvalidArgument; detail: the collective kind in
+ *  bits 0..31, the SYMCOMM_REFUSED_* reason in bits 32..39), or was built against another ABI
+ *  (status AbiMismatch; detail: the kind). */
 #define SYMCOMM_OP_COLLECTIVE 3u
 /** A signal (`signal_set`, `signal_add`, `put_with_signal`) refused its arguments. */
 #define SYMCOMM_OP_SIGNAL 4u
+/** A put_with_signal refused its arguments (detail: the peer in bits 0..31, the
+ *  SYMCOMM_REFUSED_* reason in bits 32..39). */
+#define SYMCOMM_OP_PUT 5u
 /** A user kernel's own error (`record_user_error`; detail: the user's code << 32 | a user value). */
-#define SYMCOMM_OP_USER 5u
+#define SYMCOMM_OP_USER 6u
 /** A grid-wide sync across the CTAs of one launch (`grid_sync`; detail: the generation waited on). */
-#define SYMCOMM_OP_GRID_SYNC 6u
+#define SYMCOMM_OP_GRID_SYNC 7u
+
+/* Why a device operation refused its arguments (bits 32..39 of ErrorRecord::detail). Every check
+ * is made at entry, before any memory access and any barrier, from values that agree across ranks
+ * in a correct program (codes, counts, offsets, the symmetric windows' sizes), so every rank
+ * refuses the same call. */
+/** A kind, dtype, redop or scope code out of range, or not the kernel's dtype. */
+#define SYMCOMM_REFUSED_CODE 1u
+/** The root is not a rank. */
+#define SYMCOMM_REFUSED_ROOT 2u
+/** An input range overlaps an output range without being in place. */
+#define SYMCOMM_REFUSED_OVERLAP 3u
+/** In-place all-to-all on a CTA of fewer threads than ranks. */
+#define SYMCOMM_REFUSED_CTA_SIZE 4u
+/** The input range does not fit in the source window (count, offset, tile; overflow included). */
+#define SYMCOMM_REFUSED_SRC_RANGE 5u
+/** The output range does not fit in the destination window (count, offset, tile). */
+#define SYMCOMM_REFUSED_DST_RANGE 6u
+/** The element size of the access is not the window's (`WindowHandleRaw::elem_size`). */
+#define SYMCOMM_REFUSED_ELEM_SIZE 7u
+/** The element type of the collective is not the window's (`WindowHandleRaw::dtype`). */
+#define SYMCOMM_REFUSED_DTYPE 8u
+/** The peer is not a rank of the window. */
+#define SYMCOMM_REFUSED_PEER 9u
 
 /* Collective kinds (CollArgs::kind; part of the fingerprint, so ranks must agree on the
  * algorithm too). */
@@ -197,9 +228,13 @@ typedef struct DevComm {
 } DevComm;
 
 /**
- * Device handle of a symmetric window (untyped; C++ wraps it as `WindowHandle<T>`).
+ * Device handle of a symmetric window (C++ wraps it as `WindowHandle<T>`).
  *
  * Flat layout: rank r's copy starts at `base + r * stride`; each copy holds `bytes` bytes.
+ * The element type travels with it so that device code can refuse a typed access of another
+ * type: `elem_size` bytes per element (1 for byte windows, which any element type may view) and
+ * `dtype`, the SYMCOMM_DTYPE_* code of the element, or SYMCOMM_DTYPE_NONE when the element is
+ * not one of those types.
  */
 typedef struct WindowHandleRaw {
     /** Device address of rank 0's copy. */
@@ -212,6 +247,10 @@ typedef struct WindowHandleRaw {
     uint32_t rank;
     /** Ranks sharing the window. */
     uint32_t nranks;
+    /** Bytes per element (sizeof the host's element type; 1 for untyped byte windows). */
+    uint32_t elem_size;
+    /** SYMCOMM_DTYPE_* of the element, or SYMCOMM_DTYPE_NONE. */
+    uint32_t dtype;
 } WindowHandleRaw;
 
 /**
@@ -325,18 +364,20 @@ typedef struct P2pArgs {
 #define SYMCOMM_ABI_ALIGNOF(t) _Alignof(t)
 #endif
 SYMCOMM_ABI_ASSERT(sizeof(DevComm) == 56 && SYMCOMM_ABI_ALIGNOF(DevComm) == 8, "DevComm layout");
-SYMCOMM_ABI_ASSERT(sizeof(WindowHandleRaw) == 32 && SYMCOMM_ABI_ALIGNOF(WindowHandleRaw) == 8, "WindowHandleRaw layout");
+SYMCOMM_ABI_ASSERT(sizeof(WindowHandleRaw) == 40 && SYMCOMM_ABI_ALIGNOF(WindowHandleRaw) == 8, "WindowHandleRaw layout");
 SYMCOMM_ABI_ASSERT(sizeof(ErrorRecord) == 32 && SYMCOMM_ABI_ALIGNOF(ErrorRecord) == 8, "ErrorRecord layout");
 /* NVRTC has neither offsetof nor __builtin_offsetof; nvcc and the host compilers check offsets. */
 #if !defined(__CUDACC_RTC__)
 SYMCOMM_ABI_ASSERT(__builtin_offsetof(DevComm, signal_base) == 16, "DevComm.signal_base");
 SYMCOMM_ABI_ASSERT(__builtin_offsetof(DevComm, timeout_ns) == 48, "DevComm.timeout_ns");
 SYMCOMM_ABI_ASSERT(__builtin_offsetof(WindowHandleRaw, rank) == 24, "WindowHandleRaw.rank");
+SYMCOMM_ABI_ASSERT(__builtin_offsetof(WindowHandleRaw, elem_size) == 32, "WindowHandleRaw.elem_size");
+SYMCOMM_ABI_ASSERT(__builtin_offsetof(WindowHandleRaw, dtype) == 36, "WindowHandleRaw.dtype");
 SYMCOMM_ABI_ASSERT(__builtin_offsetof(ErrorRecord, detail) == 16, "ErrorRecord.detail");
 #endif
-SYMCOMM_ABI_ASSERT(sizeof(CollArgs) == 120 && SYMCOMM_ABI_ALIGNOF(CollArgs) == 8, "CollArgs layout");
+SYMCOMM_ABI_ASSERT(sizeof(CollArgs) == 136 && SYMCOMM_ABI_ALIGNOF(CollArgs) == 8, "CollArgs layout");
 SYMCOMM_ABI_ASSERT(sizeof(P2pOp) == 32 && SYMCOMM_ABI_ALIGNOF(P2pOp) == 8, "P2pOp layout");
-SYMCOMM_ABI_ASSERT(sizeof(P2pArgs) == 40 + 32 * SYMCOMM_P2P_MAX_OPS && SYMCOMM_ABI_ALIGNOF(P2pArgs) == 8, "P2pArgs layout");
+SYMCOMM_ABI_ASSERT(sizeof(P2pArgs) == 48 + 32 * SYMCOMM_P2P_MAX_OPS && SYMCOMM_ABI_ALIGNOF(P2pArgs) == 8, "P2pArgs layout");
 /* The signal-word ranges tile [0, SYMCOMM_SIGNAL_WORDS) in order, without overlap or gap, and the
  * barrier indices split into the host's lanes and the users' range. */
 SYMCOMM_ABI_ASSERT(SYMCOMM_USER_SIGNAL_END > 0 && SYMCOMM_BARRIER_WORD_FIRST == SYMCOMM_USER_SIGNAL_END,

@@ -6,7 +6,10 @@
 //
 // Launch: any grid, blocks of at most SYMCOMM_BUILTIN_THREADS threads (at least nranks for in-place all-to-all);
 // every rank launches the same configuration with the same CollArgs except its own windows.
-// Errors (Timeout, Aborted, Mismatch, InvalidArgument) land in the rank's ErrorRecord.
+// Errors (Timeout, Aborted, Mismatch, InvalidArgument) land in the rank's ErrorRecord. Bounds:
+// as every collective (collectives.cuh), each CTA refuses before any access a range outside its
+// windows — at CTA scope, its own tile (offsets + b * tile_stride) — and windows whose element
+// type is not args.dtype's.
 #pragma once
 
 #include <symcomm/symcomm.cuh>
@@ -60,6 +63,16 @@ SYMCOMM_DEVICE Status run_copy(Cta g, const Call& c) {
 }
 
 
+/// `off + b * stride` in `out`, or false when it does not fit in 64 bits.
+SYMCOMM_DEVICE bool tile_offset(uint64_t off, uint32_t b, uint64_t stride, uint64_t& out) {
+    const uint64_t max = ~uint64_t(0);
+    if (b != 0 && stride > max / b) return false;
+    const uint64_t t = uint64_t(b) * stride;
+    if (t > max - off) return false;
+    out = off + t;
+    return true;
+}
+
 /// The kernel body for element type `T` (one kernel per dtype keeps each kernel small: ptxas time
 /// grows faster than linearly with kernel size).
 template <typename T>
@@ -69,22 +82,30 @@ SYMCOMM_DEVICE void collective(const DevComm& comm, const CollArgs& args) {
         if (g.thread_rank() == 0) record_error(Thread{}, comm, Status::AbiMismatch, comm.rank, SYMCOMM_OP_COLLECTIVE, args.kind);
         return;
     }
+    const bool reduction = args.kind == SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT || args.kind == SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT ||
+                           args.kind == SYMCOMM_COLL_REDUCE_SCATTER || args.kind == SYMCOMM_COLL_REDUCE;
+    // args.dtype must be this kernel's; the collective then checks the windows' type codes
+    // against T, i.e. against args.dtype (WindowHandle::holds_dtype).
+    const bool valid = args.kind < SYMCOMM_COLL_COUNT && args.dtype == uint32_t(TypeTraits<T>::dtype) &&
+                       (!reduction || redop_valid(args.redop)) && args.scope <= SYMCOMM_SCOPE_CTA;
+    if (!valid) {
+        (void)detail::refuse(g, comm, args.kind, SYMCOMM_REFUSED_CODE);
+        return;
+    }
     const uint32_t block = detail::linear_block_index();
     Call c{comm, args, grid_scope(args.index), args.src_offset, args.dst_offset};
     if (args.scope == SYMCOMM_SCOPE_CTA) {
         c.scope = cta_scope(args.index + block);
-        c.soff += uint64_t(block) * args.tile_stride;
-        c.doff += uint64_t(block) * args.tile_stride;
-    }
-    const bool reduction = args.kind == SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT || args.kind == SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT ||
-                           args.kind == SYMCOMM_COLL_REDUCE_SCATTER || args.kind == SYMCOMM_COLL_REDUCE;
-    const bool valid = args.kind < SYMCOMM_COLL_COUNT && args.dtype == uint32_t(TypeTraits<T>::dtype) &&
-                       (!reduction || redop_valid(args.redop)) && args.scope <= SYMCOMM_SCOPE_CTA;
-    if (!valid) {
-        if (g.thread_rank() == 0) {
-            record_error(Thread{}, comm, Status::InvalidArgument, comm.rank, SYMCOMM_OP_COLLECTIVE, args.kind);
+        // This CTA's tile; one whose offset wraps around 2^64 is refused here (the collective
+        // checks the rest of the range), like any other range outside the window.
+        if (!tile_offset(args.src_offset, block, args.tile_stride, c.soff)) {
+            (void)detail::refuse(g, comm, args.kind, SYMCOMM_REFUSED_SRC_RANGE);
+            return;
         }
-        return;
+        if (!tile_offset(args.dst_offset, block, args.tile_stride, c.doff)) {
+            (void)detail::refuse(g, comm, args.kind, SYMCOMM_REFUSED_DST_RANGE);
+            return;
+        }
     }
     Status st = Status::Ok;  // failures are in the ErrorRecord
     if (reduction) {

@@ -25,12 +25,24 @@
 // reduce-scatter and scatter: doff == soff + rank*count. Any other overlap of an input and an
 // output range is refused (Status::InvalidArgument).
 //
+// Bounds and types: at entry, before any memory access and before its first barrier, every
+// collective checks that each range of the table above fits in its window (all_gather writes
+// nranks*count elements from doff, reduce_scatter reads nranks*count from soff, ...; a CTA-scope
+// call passes its own tile's offsets), in exact arithmetic (an offset + count that wraps around
+// 2^64 does not fit), that both windows hold T (`WindowHandle::holds`: element size sizeof(T), or
+// a byte window) and T's type (`holds_dtype`: the window's SYMCOMM_DTYPE_* code, or
+// SYMCOMM_DTYPE_NONE), and that both span comm.nranks ranks. Otherwise it records
+// InvalidArgument (op SYMCOMM_OP_COLLECTIVE, detail `kind | reason << 32` with a SYMCOMM_REFUSED_*
+// reason) and returns Status::InvalidArgument without touching any window. These checks read only
+// values that agree across ranks in a correct program (counts, offsets, the symmetric windows'
+// sizes and types), so every rank refuses the same call and no rank is left waiting in a barrier.
+//
 // Ordering: on entry each collective waits (barrier) until every rank entered it — so inputs
 // written before the call, by this CTA or in stream order before the kernel, are read — and it
 // returns only when no peer will read this rank's buffers for it any more, so the caller may
 // overwrite its input and read its output at once (this CTA's threads; other CTAs of the grid
-// after a grid-wide sync of the caller's own). Counts and offsets may be anything (0, odd, not
-// divisible by the rank count); 16-byte vector loads and stores are used wherever the input and
+// after a grid-wide sync of the caller's own). Counts and offsets may be anything inside the
+// windows (0, odd, not divisible by the rank count); 16-byte vector loads and stores are used wherever the input and
 // output phases agree, scalar heads and tails elsewhere.
 //
 // Every call returns the same Status on every thread of the CTA: Ok, or the failure of a barrier
@@ -201,12 +213,32 @@ SYMCOMM_DEVICE bool overlaps(const WindowHandle<T>& x, uint64_t a, uint64_t na, 
     return x.raw.base == y.raw.base && na > 0 && nb > 0 && a < b + nb && b < a + na;
 }
 
-/// Records InvalidArgument for collective `kind` (one thread) and returns it.
-SYMCOMM_DEVICE Status refuse(Cta g, const DevComm& comm, uint32_t kind) {
+/// Records InvalidArgument for collective `kind` with `reason` (SYMCOMM_REFUSED_*; one thread)
+/// and returns it.
+SYMCOMM_DEVICE Status refuse(Cta g, const DevComm& comm, uint32_t kind, uint32_t reason) {
     if (g.thread_rank() == 0) {
-        record_error(Thread{}, comm, Status::InvalidArgument, comm.rank, SYMCOMM_OP_COLLECTIVE, kind);
+        record_error(Thread{}, comm, Status::InvalidArgument, comm.rank, SYMCOMM_OP_COLLECTIVE,
+                     (uint64_t(reason) << 32) | kind);
     }
     return Status::InvalidArgument;
+}
+
+/// Why a collective on elements of `T` may not read `sblocks` blocks of `count` elements of `src`
+/// from `soff` and write `dblocks` blocks of `dst` from `doff` (a SYMCOMM_REFUSED_* code), or 0.
+/// Every input is the same on every rank of a correct program (the windows are symmetric; an
+/// in-place all-gather's per-rank `soff` lies inside its output range), so every rank gives the
+/// same answer and a refusal before the first barrier leaves no rank waiting.
+template <typename T>
+SYMCOMM_DEVICE uint32_t window_check(const DevComm& comm, const WindowHandle<T>& src, uint64_t soff, uint64_t sblocks,
+                                     const WindowHandle<T>& dst, uint64_t doff, uint64_t dblocks, uint64_t count) {
+    const uint32_t dt = uint32_t(TypeTraits<T>::dtype);
+    // Peers 0..comm.nranks-1 are addressed in both windows.
+    if (src.nranks() != comm.nranks || dst.nranks() != comm.nranks) return SYMCOMM_REFUSED_PEER;
+    if (!src.holds() || !dst.holds()) return SYMCOMM_REFUSED_ELEM_SIZE;
+    if (!src.holds_dtype(dt) || !dst.holds_dtype(dt)) return SYMCOMM_REFUSED_DTYPE;
+    if (!src.fits(soff, count, sblocks)) return SYMCOMM_REFUSED_SRC_RANGE;
+    if (!dst.fits(doff, count, dblocks)) return SYMCOMM_REFUSED_DST_RANGE;
+    return 0;
 }
 
 /// The fingerprint of a collective call; `in_place` is part of it (a rank calling in place and one
@@ -227,8 +259,9 @@ SYMCOMM_DEVICE Status all_reduce_one_shot(Cta g, const DevComm& comm, CollScope 
                                           WindowHandle<T> dst, uint64_t doff, uint64_t count) {
     using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT;
+    if (const uint32_t why = window_check(comm, src, soff, 1, dst, doff, 1, count)) return refuse(g, comm, kind, why);
     const bool in_place = src.raw.base == dst.raw.base && soff == doff;
-    if (!in_place && overlaps(src, soff, count, dst, doff, count)) return refuse(g, comm, kind);
+    if (!in_place && overlaps(src, soff, count, dst, doff, count)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
     const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, 0, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
     Status s = barrier(g, comm, part.slot, fp);
@@ -260,8 +293,9 @@ SYMCOMM_DEVICE Status all_reduce_two_shot(Cta g, const DevComm& comm, CollScope 
                                           WindowHandle<T> dst, uint64_t doff, uint64_t count) {
     using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT;
+    if (const uint32_t why = window_check(comm, src, soff, 1, dst, doff, 1, count)) return refuse(g, comm, kind, why);
     const bool in_place = src.raw.base == dst.raw.base && soff == doff;
-    if (!in_place && overlaps(src, soff, count, dst, doff, count)) return refuse(g, comm, kind);
+    if (!in_place && overlaps(src, soff, count, dst, doff, count)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
     const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, 0, in_place);
     const uint32_t P = Pack16<T>::N;
     const uint32_t n = comm.nranks;
@@ -295,8 +329,9 @@ SYMCOMM_DEVICE Status all_gather(Cta g, const DevComm& comm, CollScope scope, Wi
     using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_ALL_GATHER;
     const uint32_t n = comm.nranks;
+    if (const uint32_t why = window_check(comm, src, soff, 1, dst, doff, n, count)) return refuse(g, comm, kind, why);
     const bool in_place = src.raw.base == dst.raw.base && soff == doff + uint64_t(comm.rank) * count;
-    if (!in_place && overlaps(src, soff, count, dst, doff, count * n)) return refuse(g, comm, kind);
+    if (!in_place && overlaps(src, soff, count, dst, doff, count * n)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
     const uint32_t fp = coll_fingerprint<T>(kind, 0, count, 0, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
     Status s = barrier(g, comm, part.slot, fp);
@@ -317,9 +352,10 @@ SYMCOMM_DEVICE Status reduce_scatter(Cta g, const DevComm& comm, CollScope scope
     using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_REDUCE_SCATTER;
     const uint32_t n = comm.nranks;
+    if (const uint32_t why = window_check(comm, src, soff, n, dst, doff, 1, count)) return refuse(g, comm, kind, why);
     const uint64_t sblock = soff + uint64_t(comm.rank) * count;
     const bool in_place = src.raw.base == dst.raw.base && doff == sblock;
-    if (!in_place && overlaps(src, soff, count * n, dst, doff, count)) return refuse(g, comm, kind);
+    if (!in_place && overlaps(src, soff, count * n, dst, doff, count)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
     const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, 0, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
     Status s = barrier(g, comm, part.slot, fp);
@@ -340,10 +376,10 @@ SYMCOMM_DEVICE Status broadcast(Cta g, const DevComm& comm, CollScope scope, uin
                                 uint64_t soff, WindowHandle<T> dst, uint64_t doff, uint64_t count) {
     using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_BROADCAST;
+    if (const uint32_t why = window_check(comm, src, soff, 1, dst, doff, 1, count)) return refuse(g, comm, kind, why);
+    if (root >= comm.nranks) return refuse(g, comm, kind, SYMCOMM_REFUSED_ROOT);
     const bool in_place = src.raw.base == dst.raw.base && soff == doff;
-    if (root >= comm.nranks || (!in_place && overlaps(src, soff, count, dst, doff, count))) {
-        return refuse(g, comm, kind);
-    }
+    if (!in_place && overlaps(src, soff, count, dst, doff, count)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
     const uint32_t fp = coll_fingerprint<T>(kind, 0, count, root, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
     Status s = barrier(g, comm, part.slot, fp);
@@ -359,10 +395,10 @@ SYMCOMM_DEVICE Status reduce(Cta g, const DevComm& comm, CollScope scope, uint32
                              WindowHandle<T> dst, uint64_t doff, uint64_t count) {
     using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_REDUCE;
+    if (const uint32_t why = window_check(comm, src, soff, 1, dst, doff, 1, count)) return refuse(g, comm, kind, why);
+    if (root >= comm.nranks) return refuse(g, comm, kind, SYMCOMM_REFUSED_ROOT);
     const bool in_place = src.raw.base == dst.raw.base && soff == doff;
-    if (root >= comm.nranks || (!in_place && overlaps(src, soff, count, dst, doff, count))) {
-        return refuse(g, comm, kind);
-    }
+    if (!in_place && overlaps(src, soff, count, dst, doff, count)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
     const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, root, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
     Status s = barrier(g, comm, part.slot, fp);
@@ -385,10 +421,14 @@ SYMCOMM_DEVICE Status scatter(Cta g, const DevComm& comm, CollScope scope, uint3
                               uint64_t soff, WindowHandle<T> dst, uint64_t doff, uint64_t count) {
     using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_SCATTER;
+    if (const uint32_t why = window_check(comm, src, soff, comm.nranks, dst, doff, 1, count)) {
+        return refuse(g, comm, kind, why);
+    }
+    if (root >= comm.nranks) return refuse(g, comm, kind, SYMCOMM_REFUSED_ROOT);
     const uint64_t sblock = soff + uint64_t(comm.rank) * count;
     const bool in_place = src.raw.base == dst.raw.base && doff == sblock;
-    if (root >= comm.nranks || (!in_place && overlaps(src, soff, count * comm.nranks, dst, doff, count))) {
-        return refuse(g, comm, kind);
+    if (!in_place && overlaps(src, soff, count * comm.nranks, dst, doff, count)) {
+        return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
     }
     const uint32_t fp = coll_fingerprint<T>(kind, 0, count, root, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
@@ -408,10 +448,10 @@ SYMCOMM_DEVICE Status all_to_all(Cta g, const DevComm& comm, CollScope scope, Wi
     const uint32_t kind = SYMCOMM_COLL_ALL_TO_ALL;
     const uint32_t n = comm.nranks;
     const uint32_t r = comm.rank;
+    if (const uint32_t why = window_check(comm, src, soff, n, dst, doff, n, count)) return refuse(g, comm, kind, why);
     const bool in_place = src.raw.base == dst.raw.base && soff == doff;
-    if ((in_place && g.size() < n) || (!in_place && overlaps(src, soff, count * n, dst, doff, count * n))) {
-        return refuse(g, comm, kind);
-    }
+    if (in_place && g.size() < n) return refuse(g, comm, kind, SYMCOMM_REFUSED_CTA_SIZE);
+    if (!in_place && overlaps(src, soff, count * n, dst, doff, count * n)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
     const uint32_t fp = coll_fingerprint<T>(kind, 0, count, 0, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
     Status s = barrier(g, comm, part.slot, fp);

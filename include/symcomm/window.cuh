@@ -3,6 +3,15 @@
 // A window is symmetric memory: every rank has a copy of the same size, and every rank can load
 // and store every copy. Flat layout: rank r's copy starts at `base + r * stride`, so a peer
 // address is one multiply-add.
+//
+// Bounds: a handle knows its size (`bytes` per rank) and its element type (`elem_size`, `dtype`).
+// The addressing functions below do not check (they are one multiply-add in inner loops); the
+// operations of the library do, once at entry: collectives (collectives.cuh) and put / get
+// (p2p.cuh) refuse with Status::InvalidArgument, before touching any memory, a range that does
+// not fit in the window — elements [offset, offset + n) of T fit when n is 0 or
+// (offset + n) * sizeof(T) <= bytes, computed without overflow — a peer that is not a rank, and a
+// `WindowHandle<T>` that does not hold T (see `holds`). Kernels that address windows themselves
+// check with `fits` and `holds`.
 #pragma once
 
 #include <symcomm/config.cuh>
@@ -10,20 +19,25 @@
 namespace symcomm {
 
 /// Address of byte `offset` in rank `peer`'s copy of the window (flat layout: one multiply-add).
-/// Pre: peer < win.nranks, offset <= win.bytes. Any thread may call it.
+/// Pre: peer < win.nranks, offset <= win.bytes (not checked). Any thread may call it.
 SYMCOMM_DEVICE void* peer_ptr(const WindowHandleRaw& win, uint32_t peer, uint64_t offset) {
     return reinterpret_cast<void*>(win.base + peer * win.stride + offset);
 }
 
 /// A window of elements of type `T` (the typed view of `WindowHandleRaw`, which is what kernels
 /// receive from the host). Plain data; pass it by value.
+///
+/// Constructing one from a raw handle of another element type is allowed (it cannot fail, so that
+/// it stays a plain conversion); what is refused is using it: the library's operations check
+/// `holds()` at entry, and kernels that address the window themselves should too.
 template <typename T>
 struct WindowHandle {
     WindowHandleRaw raw;
 
     SYMCOMM_DEVICE explicit WindowHandle(const WindowHandleRaw& r) : raw(r) {}
 
-    /// Element `index` of rank `peer`'s copy. Pre: peer < nranks(), index <= count().
+    /// Element `index` of rank `peer`'s copy. Pre: peer < nranks(), index <= count() (not
+    /// checked; see `fits`).
     SYMCOMM_DEVICE T* peer_ptr(uint32_t peer, uint64_t index) const {
         return reinterpret_cast<T*>(raw.base + peer * raw.stride + index * sizeof(T));
     }
@@ -35,6 +49,26 @@ struct WindowHandle {
     SYMCOMM_DEVICE uint32_t nranks() const { return raw.nranks; }
     /// The rank this handle belongs to.
     SYMCOMM_DEVICE uint32_t rank() const { return raw.rank; }
+
+    /// Whether elements of T may address the window: its element size is sizeof(T), or it is a
+    /// byte window (`elem_size` 1: staging buffers, `Window<u8>`), which any T may view. An
+    /// element size of 0 (a handle not built by the host library) holds nothing.
+    SYMCOMM_DEVICE bool holds() const { return raw.elem_size == sizeof(T) || raw.elem_size == 1; }
+    /// Whether the window may hold elements of type code `dtype` (SYMCOMM_DTYPE_*): its own code,
+    /// or SYMCOMM_DTYPE_NONE (elements of no collective type: the caller says what they are).
+    SYMCOMM_DEVICE bool holds_dtype(uint32_t dtype) const {
+        return raw.dtype == SYMCOMM_DTYPE_NONE || raw.dtype == dtype;
+    }
+    /// Whether `blocks` consecutive blocks of `n` elements from element `index`, i.e. elements
+    /// [index, index + blocks * n), lie inside each rank's copy. Exact for every argument: a
+    /// product or sum that would wrap around 2^64 does not fit. An empty range (nothing is
+    /// accessed) fits at any index, as NCCL accepts any buffer for a count of 0.
+    SYMCOMM_DEVICE bool fits(uint64_t index, uint64_t n, uint64_t blocks = 1) const {
+        if (n == 0 || blocks == 0) return true;
+        const uint64_t cap = count();
+        if (n > cap / blocks) return false;
+        return index <= cap && n * blocks <= cap - index;
+    }
 };
 
 }  // namespace symcomm

@@ -1,12 +1,36 @@
 //! Shared by the integration tests that include it (`#[path = "support/mod.rs"] mod support;`).
 
 // Each test crate that includes this module uses only part of it (comm.rs the kernel arguments,
-// emu_collectives.rs and coll.rs the value model), so the rest would be dead code there.
+// emu_collectives.rs and coll.rs the value model, emu_faults.rs the kinds), so the rest would be
+// dead code there.
 #![allow(dead_code)]
 
 pub(crate) mod values;
 
 use symcomm::abi::*;
+
+/// Every collective kind, in code order.
+pub(crate) const KINDS: [u32; 8] = [
+    SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT,
+    SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT,
+    SYMCOMM_COLL_ALL_GATHER,
+    SYMCOMM_COLL_REDUCE_SCATTER,
+    SYMCOMM_COLL_BROADCAST,
+    SYMCOMM_COLL_REDUCE,
+    SYMCOMM_COLL_SCATTER,
+    SYMCOMM_COLL_ALL_TO_ALL,
+];
+
+/// Elements of input and output per rank of collective `kind` on `n` ranks, in units of
+/// `count` (the per-rank block size).
+pub(crate) fn blocks(kind: u32, n: u64) -> (u64, u64) {
+    match kind {
+        SYMCOMM_COLL_ALL_GATHER => (1, n),
+        SYMCOMM_COLL_REDUCE_SCATTER | SYMCOMM_COLL_SCATTER => (n, 1),
+        SYMCOMM_COLL_ALL_TO_ALL => (n, n),
+        _ => (1, 1),
+    }
+}
 
 /// Arguments of the built-in `symcomm_collective_f32` kernel for a grid-scope one-shot sum
 /// all-reduce of `count` elements from `src` into `dst` (both at offset 0, barrier index 0).

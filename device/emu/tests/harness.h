@@ -56,7 +56,8 @@ struct Team {
         return c;
     }
 
-    /// Rank `rank`'s handle of window `w`.
+    /// Rank `rank`'s handle of window `w`: a byte window (element size 1, SYMCOMM_DTYPE_NONE),
+    /// which every element type may use.
     WindowHandleRaw win(uint32_t rank, uint32_t which = 0) {
         WindowHandleRaw w;
         w.base = uint64_t(uintptr_t(windows[which].data()));
@@ -64,6 +65,8 @@ struct Team {
         w.bytes = window_stride;
         w.rank = rank;
         w.nranks = nranks;
+        w.elem_size = 1;
+        w.dtype = SYMCOMM_DTYPE_NONE;
         return w;
     }
 

@@ -8,7 +8,9 @@
 // Each launch: rank r put_with_signal()s its `count` elements (source region, offset `soff`) into
 // rank r+1's destination region (offset `doff`), waits for rank r-1's signal and checks what
 // arrived; then get()s rank r-1's source region into its own scratch region and checks that too.
-// Every wrong element is counted per rank; the program exits non-zero on any.
+// Every wrong element is counted per rank; the program exits non-zero on any. Then the refusals:
+// calls outside the window, to a peer that is not a rank, or of another element size return
+// InvalidArgument on every rank and touch nothing (put_with_signal also records the refusal).
 #include <array>
 
 #include "harness.h"
@@ -87,7 +89,48 @@ void p2p_kernel(PutGetArgs a) {
     }
 }
 
+// Refusals: calls outside the window, to a peer that is not a rank, through a handle of another
+// element size. Window handles claim REFUSAL_BYTES of the team's larger copies, so a write past
+// them lands in the canary (and a read past the mapping would fault).
+constexpr uint64_t REFUSAL_BYTES = 128;
+constexpr uint32_t REFUSAL_CASES = 9;
+constexpr unsigned char CANARY = 0xA5;
+float refusal_source[64];
+
+struct RefusalArgs {
+    DevComm comm;
+    WindowHandleRaw win;
+    uint32_t* status;  // REFUSAL_CASES per rank
+};
+
+void refusal_kernel(RefusalArgs a) {
+    const Cta g;
+    const WindowHandle<float> win(a.win);
+    WindowHandleRaw wide_raw = a.win;
+    wide_raw.elem_size = 8;
+    const WindowHandle<float> wide(wide_raw);
+    const uint32_t n = a.comm.nranks, next = (a.comm.rank + 1) % n;
+    const uint64_t cap = REFUSAL_BYTES / sizeof(float);
+    float scratch[64];
+    Status s[REFUSAL_CASES];
+    s[0] = put(g, win, n, 0, refusal_source, 1);                   // peer == nranks
+    s[1] = put(g, win, next, cap - 2, refusal_source, 3);          // one element past the end
+    s[2] = put(g, win, next, ~uint64_t(0) - 1, refusal_source, 4);  // offset + count wraps
+    s[3] = get(g, win, n + 5, 0, scratch, 1);                      // peer > nranks
+    s[4] = get(g, win, next, 0, scratch, cap + 1);                 // count past the end
+    s[5] = get(g, win, next, 1ull << 40, scratch, 1);              // far past the mapping
+    s[6] = put(g, wide, next, 0, refusal_source, 1);               // element size 8 viewed as float
+    s[7] = put_with_signal(g, a.comm, win, n, 0, refusal_source, 1, 0, 1);  // recorded
+    s[8] = put(g, win, next, cap - 3, refusal_source, 3);          // the last 3 elements: Ok
+    if (g.thread_rank() == 0) {
+        for (uint32_t i = 0; i < REFUSAL_CASES; ++i) a.status[a.comm.rank * REFUSAL_CASES + i] = uint32_t(s[i]);
+    }
+}
+
 }  // namespace
+
+extern "C" __global__ void p2p_refusals(RefusalArgs a) { refusal_kernel(a); }
+SYMCOMM_EMU_KERNEL(p2p_refusals)
 
 extern "C" __global__ void p2p_u8(PutGetArgs a) { p2p_kernel<uint8_t>(a); }
 extern "C" __global__ void p2p_f16(PutGetArgs a) { p2p_kernel<half_t>(a); }
@@ -110,7 +153,6 @@ struct OneArg {
         return p.data();
     }
 };
-using Launch = OneArg<PutGetArgs>;
 
 template <typename T>
 int run(const char* name, symcomm_emu_entry entry) {
@@ -136,9 +178,9 @@ int run(const char* name, symcomm_emu_entry entry) {
                             for (uint64_t i = 0; i < count; ++i) src[soff + i] = value_of<T>(r, i);
                         }
                         symcomm_test::launch_all(nranks, name, entry, dim3(1), dim3(64), [&](uint32_t r) {
-                            return Launch{{team.comm(r, 20'000'000'000ull), team.win(r), count, soff, doff, epoch, group,
-                                           &wrong[r]},
-                                          {}};
+                            return OneArg<PutGetArgs>{
+                                {team.comm(r, 20'000'000'000ull), team.win(r), count, soff, doff, epoch, group, &wrong[r]},
+                                {}};
                         });
                         for (uint32_t r = 0; r < nranks; ++r) {
                             if (wrong[r] != 0) {
@@ -158,6 +200,55 @@ int run(const char* name, symcomm_emu_entry entry) {
     return failures;
 }
 
+/// Every refused call returns InvalidArgument on every rank with nothing written; put_with_signal
+/// records its refusal; the valid call at the very end of the window writes only inside it.
+int run_refusals() {
+    int failures = 0;
+    const uint32_t nranks = 3;
+    symcomm_test::Team team(nranks, 4 * REFUSAL_BYTES);
+    for (uint32_t r = 0; r < nranks; ++r) memset(team.bytes(r), CANARY, team.window_stride);
+    for (uint32_t i = 0; i < 64; ++i) refusal_source[i] = float(i + 1);
+    std::vector<uint32_t> status(nranks * REFUSAL_CASES, 99);
+    symcomm_test::launch_all(nranks, "p2p_refusals", symcomm_emu_entry_p2p_refusals, dim3(1), dim3(32), [&](uint32_t r) {
+        RefusalArgs a{team.comm(r, 20'000'000'000ull), team.win(r), status.data()};
+        a.win.bytes = REFUSAL_BYTES;
+        return OneArg<RefusalArgs>{a, {}};
+    });
+    const uint64_t cap = REFUSAL_BYTES / sizeof(float);
+    for (uint32_t r = 0; r < nranks; ++r) {
+        for (uint32_t i = 0; i < REFUSAL_CASES; ++i) {
+            const uint32_t want = i == REFUSAL_CASES - 1 ? SYMCOMM_STATUS_OK : SYMCOMM_STATUS_INVALID_ARGUMENT;
+            if (status[r * REFUSAL_CASES + i] != want) {
+                fprintf(stderr, "FAIL p2p refusals rank=%u case=%u: status %u, expected %u\n", r, i,
+                        status[r * REFUSAL_CASES + i], want);
+                ++failures;
+            }
+        }
+        const ErrorRecord& e = team.errors[r];
+        const uint64_t detail = (uint64_t(SYMCOMM_REFUSED_PEER) << 32) | nranks;
+        if (e.status != SYMCOMM_STATUS_INVALID_ARGUMENT || e.op != SYMCOMM_OP_PUT || e.detail != detail || e.rank != r) {
+            fprintf(stderr, "FAIL p2p refusals rank=%u: record status=%u op=%u detail=%#llx\n", r, e.status, e.op,
+                    (unsigned long long)e.detail);
+            ++failures;
+        }
+        // Only the valid put's 3 floats before REFUSAL_BYTES may differ from the canary.
+        const unsigned char* b = team.bytes(r);
+        uint64_t bad = 0;
+        for (uint64_t k = 0; k < team.window_stride; ++k) {
+            const bool written = k >= (cap - 3) * sizeof(float) && k < REFUSAL_BYTES;
+            if (!written && b[k] != CANARY) ++bad;
+        }
+        const float* f = reinterpret_cast<const float*>(b);
+        for (uint64_t k = 0; k < 3; ++k) bad += f[cap - 3 + k] != refusal_source[k];
+        if (bad) {
+            fprintf(stderr, "FAIL p2p refusals rank=%u: %llu bytes wrong\n", r, (unsigned long long)bad);
+            ++failures;
+        }
+    }
+    printf("p2p refusals: %s\n", failures ? "FAIL" : "ok");
+    return failures;
+}
+
 }  // namespace
 
 // ---- Refused signal calls ------------------------------------------------------------------------
@@ -168,7 +259,7 @@ namespace {
 enum Call : uint32_t { kSet, kAdd, kWait, kPut, kCalls };
 const char* const kCallNames[kCalls] = {"signal_set", "signal_add", "signal_wait_until", "put_with_signal"};
 
-struct RefusalArgs {
+struct SignalRefusalArgs {
     DevComm comm;
     WindowHandleRaw win;
     uint32_t call, peer, word;
@@ -180,7 +271,7 @@ struct RefusalArgs {
 
 /// One call of `a.call` on `a.peer` / `a.word` (thread 0 alone, or the whole CTA for
 /// put_with_signal); every thread stores the status it got.
-extern "C" __global__ void signal_refusal(RefusalArgs a) {
+extern "C" __global__ void signal_refusal(SignalRefusalArgs a) {
     Status s = Status::Ok;
     if (a.call == kPut) {
         const WindowHandle<uint32_t> win(a.win);
@@ -196,7 +287,7 @@ SYMCOMM_EMU_KERNEL(signal_refusal)
 
 namespace {
 
-using RefusalLaunch = OneArg<RefusalArgs>;
+using RefusalLaunch = OneArg<SignalRefusalArgs>;
 
 /// Every refused call: InvalidArgument on every thread that called, the record (op, detail
 /// `peer << 32 | word`, peer = the rank itself), not one signal word or window byte written.
@@ -268,6 +359,7 @@ int refusals() {
 int main() {
     int failures = 0;
     failures += refusals();
+    failures += run_refusals();
     failures += run<uint8_t>("p2p_u8", symcomm_emu_entry_p2p_u8);
     failures += run<half_t>("p2p_f16", symcomm_emu_entry_p2p_f16);
     failures += run<float>("p2p_f32", symcomm_emu_entry_p2p_f32);
