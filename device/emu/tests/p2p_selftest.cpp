@@ -120,7 +120,7 @@ void refusal_kernel(RefusalArgs a) {
     s[4] = get(g, win, next, 0, scratch, cap + 1);                 // count past the end
     s[5] = get(g, win, next, 1ull << 40, scratch, 1);              // far past the mapping
     s[6] = put(g, wide, next, 0, refusal_source, 1);               // element size 8 viewed as float
-    s[7] = put_with_signal(g, a.comm, win, n, 0, refusal_source, 1, 0, 1);  // recorded
+    s[7] = put_with_signal(g, a.comm, win, next, cap - 2, refusal_source, 3, 0, 1);  // past the end: recorded
     s[8] = put(g, win, next, cap - 3, refusal_source, 3);          // the last 3 elements: Ok
     if (g.thread_rank() == 0) {
         for (uint32_t i = 0; i < REFUSAL_CASES; ++i) a.status[a.comm.rank * REFUSAL_CASES + i] = uint32_t(s[i]);
@@ -225,7 +225,9 @@ int run_refusals() {
             }
         }
         const ErrorRecord& e = team.errors[r];
-        const uint64_t detail = (uint64_t(SYMCOMM_REFUSED_PEER) << 32) | nranks;
+        // (A peer that is not a rank is refused by the signal check first: p2p_selftest's
+        // signal refusals cover it.)
+        const uint64_t detail = (uint64_t(SYMCOMM_REFUSED_DST_RANGE) << 32) | ((r + 1) % nranks);
         if (e.status != SYMCOMM_STATUS_INVALID_ARGUMENT || e.op != SYMCOMM_OP_PUT || e.detail != detail || e.rank != r) {
             fprintf(stderr, "FAIL p2p refusals rank=%u: record status=%u op=%u detail=%#llx\n", r, e.status, e.op,
                     (unsigned long long)e.detail);
