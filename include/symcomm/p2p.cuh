@@ -49,9 +49,11 @@ SYMCOMM_DEVICE uint32_t p2p_refusal(const WindowHandle<T>& win, uint32_t peer, u
 
 /// Put: copies `count` elements from `src` (any memory this thread can read: a window, device
 /// memory, shared memory) into rank `peer`'s copy of `dst` at element `doff`.
-/// Who calls: every thread of `g`, with the same arguments. On return each thread's stores are
-/// issued but not ordered for the peer: follow with `put_signal`-style release (signal_set by one
-/// thread after `g.sync()`), a barrier, or use put_with_signal.
+/// Who calls: every thread of `g`, with the same arguments. The group is synchronized before the
+/// copy reads `src`, so what its threads wrote there just before is what is sent (the threads copy
+/// other elements than they wrote). On return each thread's stores are issued but not ordered for
+/// the peer: follow with a release (signal_set by one thread after `g.sync()`), a barrier, or use
+/// put_with_signal.
 /// Returns Ok, or InvalidArgument with nothing copied when peer >= dst.nranks(), `dst` does not
 /// hold T (`WindowHandle::holds`) or [doff, doff + count) does not fit in the window (exact
 /// arithmetic); every thread gets the same Status. `src` is the caller's to keep in bounds. (No
@@ -59,23 +61,27 @@ SYMCOMM_DEVICE uint32_t p2p_refusal(const WindowHandle<T>& win, uint32_t peer, u
 template <typename Group, typename T>
 SYMCOMM_DEVICE Status put(Group g, WindowHandle<T> dst, uint32_t peer, uint64_t doff, const T* src, uint64_t count) {
     if (detail::p2p_refusal(dst, peer, doff, count, SYMCOMM_REFUSED_DST_RANGE) != 0) return Status::InvalidArgument;
+    g.sync();  // the group's writes of `src` before the copy reads them (the refusal is uniform)
     detail::group_copy(g, src, dst.peer_ptr(peer, doff), count);
     return Status::Ok;
 }
 
 /// Get: copies `count` elements of rank `peer`'s copy of `src`, from element `soff`, into `dst`
 /// (any memory this thread can write). Who calls: every thread of `g`, same arguments. The caller
-/// must have acquired the peer's data first (a signal wait or barrier after the peer wrote it).
+/// must have acquired the peer's data first (a signal wait or barrier after the peer wrote it);
+/// the group is synchronized before reading, so an acquire made by one of its threads covers all.
 /// Returns Ok, or InvalidArgument with nothing read under the conditions of put (for `src`,
 /// [soff, soff + count)); `dst` is the caller's to keep in bounds.
 template <typename Group, typename T>
 SYMCOMM_DEVICE Status get(Group g, WindowHandle<T> src, uint32_t peer, uint64_t soff, T* dst, uint64_t count) {
     if (detail::p2p_refusal(src, peer, soff, count, SYMCOMM_REFUSED_SRC_RANGE) != 0) return Status::InvalidArgument;
+    g.sync();  // one thread's acquire (signal wait) before any thread reads
     detail::group_copy(g, src.peer_ptr(peer, soff), dst, count);
     return Status::Ok;
 }
 
-/// Put with signal: put, then the group synchronizes and one thread release-stores `value` into
+/// Put with signal: put (the group synchronized first, as there), then the group synchronizes and
+/// one thread release-stores `value` into
 /// the signal word `word` that `peer` reserves for this rank. When the peer's
 /// `signal_wait_until(..., rank, word, value)` returns Ok, every element of the put is visible to
 /// it (bar.sync + a cumulative release at system scope).
@@ -101,6 +107,7 @@ SYMCOMM_DEVICE Status put_with_signal(Group g, const DevComm& comm, WindowHandle
         }
         return Status::InvalidArgument;
     }
+    g.sync();  // the group's writes of `src` before the copy reads them
     detail::group_copy(g, src, dst.peer_ptr(peer, doff), count);
     g.sync();
     if (g.thread_rank() == 0) detail::signal_store<Scope::Sys>(comm, peer, word, value);

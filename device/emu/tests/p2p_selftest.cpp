@@ -42,6 +42,12 @@ void body(Group g, DevComm comm, WindowHandleRaw raw, uint64_t count, uint64_t s
     const WindowHandle<T> win(raw);
     const uint32_t n = comm.nranks, r = comm.rank;
     const uint32_t next = (r + 1) % n, prev = (r + n - 1) % n;
+    // The group writes its source right before the put (what a fused kernel does), in an order
+    // unlike the copy's: a put that did not synchronize the group before reading would race.
+    for (uint64_t k = g.thread_rank(); k < count; k += g.size()) {
+        const uint64_t i = count - 1 - k;
+        *win.local_ptr(soff + i) = value_of<T>(r, i);
+    }
     if (put_with_signal(g, comm, win, next, R + doff, win.local_ptr(soff), count, 0, epoch) != Status::Ok) {
         if (g.thread_rank() == 0) atomicAdd(wrong, 1000000u);
     }
