@@ -12,7 +12,11 @@
 //! - `grid_sync` across 8 CTAs of 64 threads, several phases, back-to-back launches and another
 //!   grid size on the same state word; a CTA that never arrives makes the others time out;
 //! - `record_user_error`: the record says SYMCOMM_OP_USER with the user's code, later waits fail
-//!   at once with its status, and the host's error names the code.
+//!   at once with its status, and the host's error names the code;
+//! - `cta_part` / `two_shot_part`: grid-scope collectives (one-shot and two-shot all-reduce,
+//!   all-gather, reduce-scatter, all-to-all, in and out of place) where each CTA writes only its
+//!   part of the input and reads only its part of the output, with no grid-wide sync: the parts
+//!   cover every output element exactly once and every value is exact.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -449,6 +453,115 @@ fn semaphore_failures_leave_the_expected_count_unchanged() {
                     took >= timeout && took < timeout * 20,
                     "{label}: {took:?} with a {timeout:?} deadline"
                 );
+            }
+        }
+    }
+}
+
+/// Runs symcomm_test_cta_part on every rank (threads) and returns each rank's [status, #wrong]
+/// and marks (one word per output element).
+fn cta_part_run(
+    team: &mut EmuTeam,
+    kind: u32,
+    in_place: bool,
+    count: u64,
+    grid: u32,
+    block: u32,
+) -> Vec<([u32; 2], Vec<u32>)> {
+    let n = team.nranks();
+    let out_len = match kind {
+        PART_ALL_GATHER | PART_ALL_TO_ALL => count * u64::from(n),
+        _ => count,
+    } as usize;
+    let handles: Vec<(DevComm, WindowHandleRaw, WindowHandleRaw)> = (0..n)
+        .map(|r| {
+            (
+                team.dev_comm(r, LONG),
+                team.window_of(0, r),
+                team.window_of(1, r),
+            )
+        })
+        .collect();
+    std::thread::scope(|s| {
+        let joins: Vec<_> = handles
+            .into_iter()
+            .map(|(comm, src, dst)| {
+                s.spawn(move || {
+                    let (mut comm, mut src, mut dst) = (comm, src, dst);
+                    let (mut kind, mut in_place, mut count) = (kind, u32::from(in_place), count);
+                    let mut first_slot = SYMCOMM_USER_BARRIER_FIRST;
+                    let mut marks = vec![0u32; out_len.max(1)];
+                    let mut marks_ptr = marks.as_mut_ptr();
+                    let mut result = [0u32; 2];
+                    let mut result_ptr = result.as_mut_ptr();
+                    let mut args = [
+                        ptr(&mut comm),
+                        ptr(&mut src),
+                        ptr(&mut dst),
+                        ptr(&mut kind),
+                        ptr(&mut in_place),
+                        ptr(&mut count),
+                        ptr(&mut first_slot),
+                        ptr(&mut marks_ptr),
+                        ptr(&mut result_ptr),
+                    ];
+                    // SAFETY: the arguments match symcomm_test_cta_part's parameters; `marks`
+                    // holds a word per output element; everything outlives the blocking launch,
+                    // and the team (the windows) outlives the scope.
+                    unsafe { run("symcomm_test_cta_part", grid, block, &mut args) };
+                    marks.truncate(out_len);
+                    (result, marks)
+                })
+            })
+            .collect();
+        joins.into_iter().map(|j| j.join().expect("rank")).collect()
+    })
+}
+
+const PART_ONE_SHOT: u32 = 0;
+const PART_TWO_SHOT: u32 = 1;
+const PART_ALL_GATHER: u32 = 2;
+const PART_REDUCE_SCATTER: u32 = 3;
+const PART_ALL_TO_ALL: u32 = 4;
+
+#[test]
+fn each_cta_works_on_its_own_part_without_a_grid_sync() {
+    let counts = [1u64, 37, 4099];
+    for nranks in [2u32, 3, 4] {
+        let bytes = counts[2] * u64::from(nranks) * 4;
+        let mut team = EmuTeam::with_windows(nranks, &[bytes, bytes]).expect("team");
+        for kind in [
+            PART_ONE_SHOT,
+            PART_TWO_SHOT,
+            PART_ALL_GATHER,
+            PART_REDUCE_SCATTER,
+            PART_ALL_TO_ALL,
+        ] {
+            for in_place in [false, true] {
+                for &count in &counts {
+                    // A CUDA-like grid, and one whose parts are uneven (some empty for count 1).
+                    for (grid, block) in [(8u32, 64u32), (3, 32)] {
+                        let res = cta_part_run(&mut team, kind, in_place, count, grid, block);
+                        for (r, (result, marks)) in res.iter().enumerate() {
+                            let what = format!(
+                                "nranks={nranks} kind={kind} in_place={in_place} count={count} \
+                                 grid={grid}x{block} rank={r}"
+                            );
+                            assert_eq!(*result, [SYMCOMM_STATUS_OK, 0], "{what}: [status, #wrong]");
+                            let off: Vec<usize> = marks
+                                .iter()
+                                .enumerate()
+                                .filter(|&(_, &m)| m != 1)
+                                .map(|(i, _)| i)
+                                .collect();
+                            assert!(
+                                off.is_empty(),
+                                "{what}: output elements not read exactly once by the CTAs' parts: {:?}",
+                                &off[..off.len().min(8)]
+                            );
+                        }
+                    }
+                }
             }
         }
     }

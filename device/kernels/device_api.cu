@@ -233,3 +233,113 @@ extern "C" __global__ void symcomm_test_semaphore_wait(DevComm comm, uint32_t gr
     if (threadIdx.x == 0) result[0] = uint32_t(s);
 }
 SYMCOMM_EMU_KERNEL(symcomm_test_semaphore_wait)
+
+namespace {
+
+constexpr uint32_t PART_ONE_SHOT = 0;
+constexpr uint32_t PART_TWO_SHOT = 1;
+constexpr uint32_t PART_ALL_GATHER = 2;
+constexpr uint32_t PART_REDUCE_SCATTER = 3;
+constexpr uint32_t PART_ALL_TO_ALL = 4;
+
+/// Element `i` of rank `rank`'s logical input of symcomm_test_cta_part (sums stay far from i32 overflow).
+SYMCOMM_DEVICE int32_t part_input(uint32_t rank, uint64_t i) { return int32_t((rank + 1) * 7 + (i * 13) % 1009); }
+
+/// Calls `f(base, range)` for each block of the calling CTA's work in collective `kind` of
+/// `count` i32 per block: input blocks when `input`, output blocks otherwise. The elements are
+/// base + [range.lo, range.hi) of the logical input / output (cta_part's table).
+template <typename F>
+SYMCOMM_DEVICE void for_my_parts(uint32_t kind, bool input, uint32_t nranks, uint64_t count, F f) {
+    const CollScope scope = grid_scope();
+    const Range part = cta_part<int32_t>(scope, count);
+    switch (kind) {
+        case PART_ONE_SHOT: f(0, part); break;
+        case PART_TWO_SHOT:
+            for (uint32_t q = 0; q < nranks; ++q) f(0, two_shot_part<int32_t>(scope, nranks, count, q));
+            break;
+        case PART_ALL_GATHER:
+            if (input) {
+                f(0, part);
+            } else {
+                for (uint32_t q = 0; q < nranks; ++q) f(uint64_t(q) * count, part);
+            }
+            break;
+        case PART_REDUCE_SCATTER:
+            if (input) {
+                for (uint32_t q = 0; q < nranks; ++q) f(uint64_t(q) * count, part);
+            } else {
+                f(0, part);
+            }
+            break;
+        default:
+            for (uint32_t q = 0; q < nranks; ++q) f(uint64_t(q) * count, part);
+            break;
+    }
+}
+
+/// Output element j of rank `rank` in collective `kind` (i32 Sum).
+SYMCOMM_DEVICE int32_t part_expected(uint32_t kind, uint32_t rank, uint32_t nranks, uint64_t count, uint64_t j) {
+    int32_t sum = 0;
+    switch (kind) {
+        case PART_ONE_SHOT:
+        case PART_TWO_SHOT:
+            for (uint32_t p = 0; p < nranks; ++p) sum += part_input(p, j);
+            return sum;
+        case PART_ALL_GATHER: return part_input(uint32_t(j / count), j % count);
+        case PART_REDUCE_SCATTER:
+            for (uint32_t p = 0; p < nranks; ++p) sum += part_input(p, uint64_t(rank) * count + j);
+            return sum;
+        default: return part_input(uint32_t(j / count), uint64_t(rank) * count + j % count);
+    }
+}
+
+}  // namespace
+
+/// Per-CTA work of grid-scope collectives (cta_part / two_shot_part), with no grid-wide sync
+/// anywhere: each CTA writes only its part of this rank's input, calls collective `kind`
+/// (PART_*: one-shot or two-shot all-reduce, all-gather, reduce-scatter, all-to-all; i32 Sum;
+/// barrier indices from `first_slot`) from `src` to `dst` — in place when `in_place` (then `dst`
+/// is `src`, with NCCL's in-place offsets) — and then reads only its part of the output, checks
+/// it and counts each element it read in `marks` (one word per output element, zeroed by the
+/// host, which expects 1 everywhere: the parts cover the output exactly once). Launch: any grid
+/// and block, the same on every rank. Result: [worst status, wrong elements].
+extern "C" __global__ void symcomm_test_cta_part(DevComm comm, WindowHandleRaw src_raw, WindowHandleRaw dst_raw,
+                                                 uint32_t kind, uint32_t in_place, uint64_t count, uint32_t first_slot,
+                                                 uint32_t* marks, uint32_t* result) {
+    const Cta g{};
+    const uint32_t n = comm.nranks;
+    const uint32_t rank = comm.rank;
+    const WindowHandle<int32_t> src(src_raw);
+    const WindowHandle<int32_t> dst(in_place ? src_raw : dst_raw);
+    // NCCL's in-place offsets: all-gather's input is its own block of the output, reduce-scatter's
+    // output its own block of the input.
+    const uint64_t soff = in_place && kind == PART_ALL_GATHER ? uint64_t(rank) * count : 0;
+    const uint64_t doff = in_place && kind == PART_REDUCE_SCATTER ? uint64_t(rank) * count : 0;
+    for_my_parts(kind, true, n, count, [&](uint64_t base, Range r) {
+        for (uint64_t i = r.lo + g.thread_rank(); i < r.hi; i += g.size()) {
+            *src.local_ptr(soff + base + i) = part_input(rank, base + i);
+        }
+    });
+    const CollScope scope = grid_scope(first_slot);
+    Status s = Status::Ok;
+    switch (kind) {
+        case PART_ONE_SHOT: s = all_reduce_one_shot<RedOp::Sum>(g, comm, scope, src, soff, dst, doff, count); break;
+        case PART_TWO_SHOT: s = all_reduce_two_shot<RedOp::Sum>(g, comm, scope, src, soff, dst, doff, count); break;
+        case PART_ALL_GATHER: s = all_gather(g, comm, scope, src, soff, dst, doff, count); break;
+        case PART_REDUCE_SCATTER: s = reduce_scatter<RedOp::Sum>(g, comm, scope, src, soff, dst, doff, count); break;
+        default: s = all_to_all(g, comm, scope, src, soff, dst, doff, count); break;
+    }
+    uint32_t wrong = 0;
+    if (s == Status::Ok) {
+        // Thread t reads elements that other threads of the CTA stored (another item order).
+        for_my_parts(kind, false, n, count, [&](uint64_t base, Range r) {
+            for (uint64_t i = r.lo + g.thread_rank(); i < r.hi; i += g.size()) {
+                wrong += *dst.local_ptr(doff + base + i) != part_expected(kind, rank, n, count, base + i);
+                atomicAdd(&marks[base + i], 1u);
+            }
+        });
+    }
+    atomicAdd(&result[1], wrong);
+    if (g.thread_rank() == 0) atomicMax(&result[0], uint32_t(s));
+}
+SYMCOMM_EMU_KERNEL(symcomm_test_cta_part)

@@ -78,6 +78,12 @@ SYMCOMM_DEVICE CollScope grid_scope(uint32_t first_slot = 0) { return CollScope{
 /// CTA scope: the calling CTA alone, on barrier index `slot`.
 SYMCOMM_DEVICE CollScope cta_scope(uint32_t slot) { return CollScope{0u, slot}; }
 
+/// Elements [lo, hi) of a block (relative to the block's first element).
+struct Range {
+    uint64_t lo, hi;
+    SYMCOMM_DEVICE uint64_t size() const { return hi - lo; }
+};
+
 namespace detail {
 
 SYMCOMM_DEVICE uint32_t linear_block_index() { return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z); }
@@ -99,6 +105,57 @@ SYMCOMM_DEVICE Part part_of(CollScope s, uint64_t begin, uint64_t end, uint32_t 
     const uint64_t lo = min_u64(uint64_t(linear_block_index()) * per, n);
     return Part{begin + lo, begin + min_u64(lo + per, n), s.index + linear_block_index()};
 }
+
+/// Two-shot all-reduce: the share [lo, hi) of [0, count) that rank q reduces.
+template <typename T>
+SYMCOMM_DEVICE Range two_shot_share(uint32_t nranks, uint64_t count, uint32_t q) {
+    const uint32_t P = Pack16<T>::N;
+    const uint64_t block = ((count + P - 1) / P + nranks - 1) / nranks * P;
+    const uint64_t lo = min_u64(uint64_t(q) * block, count);
+    return Range{lo, min_u64(lo + block, count)};
+}
+
+}  // namespace detail
+
+/// The calling CTA's part of a block of `count` elements of T in a collective at `scope`: grid
+/// scope cuts [0, count) into one part per CTA of the grid in linear block order, at multiples of
+/// a 16-byte pack, the last parts possibly empty; CTA scope gives all of [0, count).
+///
+/// This is exactly the work of each CTA in the collectives below (all but the two-shot
+/// all-reduce, see two_shot_part), per block of `count` elements of each buffer: CTA b of every
+/// rank reads only part P of each input block of every rank and writes only part P of this rank's
+/// output blocks:
+///   all_reduce_one_shot  src[soff + P] of every rank      -> dst[doff + P]
+///   all_gather           src[soff + P] of every rank      -> dst[doff + r*count + P] for every r
+///   reduce_scatter       src[soff + r*count + P] of every rank, reduced -> rank r's dst[doff + P]
+///   broadcast            root's src[soff + P]             -> dst[doff + P]
+///   reduce               src[soff + P] of every rank      -> root's dst[doff + P]
+///   scatter              root's src[soff + r*count + P]   -> rank r's dst[doff + P]
+///   all_to_all           src[soff + p*count + P] of rank r -> dst[doff + r*count + P] of rank p
+/// So a grid-scope kernel may produce its input and consume its output per CTA, with no grid-wide
+/// sync around the call: CTA b writes part P of its input blocks before the call (the call's entry
+/// barrier publishes them to CTA b of every rank), and after the call returns Ok every thread of
+/// CTA b may read part P of its output blocks (the call ends with the CTA synchronized). Other
+/// CTAs' parts need a grid_sync (grid.cuh) first. Every rank must launch the same grid.
+template <typename T>
+SYMCOMM_DEVICE Range cta_part(CollScope scope, uint64_t count) {
+    const detail::Part p = detail::part_of(scope, 0, count, Pack16<T>::N);
+    return Range{p.lo, p.hi};
+}
+
+/// The calling CTA's part of rank q's share in a two-shot all-reduce of `count` elements of T at
+/// `scope` (each rank reduces one share of [0, count), cut at 16-byte packs): CTA b of every rank
+/// reads src[soff + Q_q] of every rank and writes dst[doff + Q_q], for every q in [0, nranks),
+/// where Q_q = two_shot_part<T>(scope, nranks, count, q); as for cta_part, a CTA may write Q_q of
+/// its input for every q before the call and read Q_q of its output for every q after it.
+template <typename T>
+SYMCOMM_DEVICE Range two_shot_part(CollScope scope, uint32_t nranks, uint64_t count, uint32_t q) {
+    const Range share = detail::two_shot_share<T>(nranks, count, q);
+    const detail::Part p = detail::part_of(scope, share.lo, share.hi, Pack16<T>::N);
+    return Range{p.lo, p.hi};
+}
+
+namespace detail {
 
 /// A range of elements cut into work items: a scalar head up to the first 16-byte boundary,
 /// whole 16-byte packs, a scalar tail. Item k is one element or one pack.
@@ -276,7 +333,12 @@ SYMCOMM_DEVICE Status all_reduce_one_shot(Cta g, const DevComm& comm, CollScope 
 #endif
         [&](uint64_t i, bool pk) { return reduce_item<T, Op>(src, soff + i, comm.nranks, pk); },
         [&](uint64_t i, const Pack16<T>& v, bool pk) { store_item(dst.local_ptr(doff + i), v, pk); });
-    if (s != Status::Ok || in_place) return s;
+    if (s != Status::Ok) return s;
+    if (in_place) {
+        // The last round's stores, for every thread of the CTA (cta_part's promise).
+        g.sync();
+        return s;
+    }
 #if SYMCOMM_PLANTED_BUG == 5  // planted bug 5: no end barrier (peers may still read this rank's input)
     return s;
 #else
@@ -299,9 +361,8 @@ SYMCOMM_DEVICE Status all_reduce_two_shot(Cta g, const DevComm& comm, CollScope 
     const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, 0, in_place);
     const uint32_t P = Pack16<T>::N;
     const uint32_t n = comm.nranks;
-    const uint64_t block = ((count + P - 1) / P + n - 1) / n * P;
-    const uint64_t mine_lo = min_u64(uint64_t(comm.rank) * block, count);
-    const Part part = part_of(scope, mine_lo, min_u64(mine_lo + block, count), P);
+    const Range mine = two_shot_share<T>(n, count, comm.rank);
+    const Part part = part_of(scope, mine.lo, mine.hi, P);
     Status s = barrier(g, comm, part.slot, fp);
     if (s != Status::Ok) return s;
     const bool vec = phase(src.local_ptr(soff)) == phase(dst.local_ptr(doff));
@@ -314,8 +375,7 @@ SYMCOMM_DEVICE Status all_reduce_two_shot(Cta g, const DevComm& comm, CollScope 
     if (s != Status::Ok) return s;
     for (uint32_t q = 0; q < n; ++q) {
         if (q == comm.rank) continue;
-        const uint64_t lo = min_u64(uint64_t(q) * block, count);
-        const Part pq = part_of(scope, lo, min_u64(lo + block, count), P);
+        const Range pq = two_shot_part<T>(scope, n, count, q);
         copy_part(g, dst.peer_ptr(q, doff), dst.local_ptr(doff), pq.lo, pq.hi);
     }
     return barrier(g, comm, part.slot, fp);
@@ -486,6 +546,8 @@ SYMCOMM_DEVICE Status all_to_all(Cta g, const DevComm& comm, CollScope scope, Wi
         if (s != Status::Ok) return s;
         if (active) store_item(dst.local_ptr(doff + uint64_t(p) * count + i), v, is_pack);
     }
+    // The last round's stores, for every thread of the CTA (cta_part's promise).
+    g.sync();
     return Status::Ok;
 }
 

@@ -2,7 +2,7 @@
 // semaphore ring (Thread, Warp, Cta) on 2 and 3 ranks relaunched with identical arguments, each
 // rank on a host thread of its own (run_ranks: only the semaphores order the ranks); barrier<Warp>
 // with one index per warp; the group forms of signal_wait_until; grid_sync across the CTAs of one
-// launch. Each kernel checks its data; exit status 0 only when every launch reports Ok, 0 wrong
+// launch; per-CTA parts of grid-scope collectives (cta_part). Each kernel checks its data; exit status 0 only when every launch reports Ok, 0 wrong
 // words and every round. Planted bugs 10 (the warp vote orders no memory) and 11 (grid_sync's
 // arrival does not acquire) must be reported here.
 #include <array>
@@ -14,6 +14,7 @@ extern "C" void symcomm_emu_entry_symcomm_test_semaphore_ring(void** args);
 extern "C" void symcomm_emu_entry_symcomm_test_barrier(void** args);
 extern "C" void symcomm_emu_entry_symcomm_test_group_wait(void** args);
 extern "C" void symcomm_emu_entry_symcomm_test_grid_sync(void** args);
+extern "C" void symcomm_emu_entry_symcomm_test_cta_part(void** args);
 
 namespace {
 
@@ -158,6 +159,50 @@ void grid_sync() {
     printf("grid_sync ctas=%u threads=%u phases=%u: %s\n", ctas, threads, phases, failures ? "FAIL" : "ok");
 }
 
+struct PartArgs {
+    DevComm comm;
+    WindowHandleRaw src, dst;
+    uint32_t kind, in_place;
+    uint64_t count;
+    uint32_t first_slot;
+    uint32_t* marks;
+    uint32_t* result;
+    std::array<void*, 9> p;
+    void** ptrs() {
+        p = {&comm, &src, &dst, &kind, &in_place, &count, &first_slot, &marks, &result};
+        return p.data();
+    }
+};
+
+/// cta_part / two_shot_part: each CTA writes its part of the input, runs a grid-scope collective
+/// and reads its part of the output, with no grid-wide sync (one-shot and two-shot all-reduce,
+/// all-gather, reduce-scatter, all-to-all, in and out of place).
+void cta_part() {
+    const uint32_t nranks = 2, ctas = 4, threads = 32;
+    const uint64_t count = 301;
+    symcomm_test::Team team(nranks, count * nranks * sizeof(int32_t), 2);
+    for (uint32_t kind = 0; kind < 5; ++kind) {
+        for (uint32_t in_place = 0; in_place < 2; ++in_place) {
+            const uint64_t out_len = kind == 2 || kind == 4 ? count * nranks : count;
+            std::vector<uint32_t> marks(out_len * nranks, 0), results(2 * nranks, 0);
+            symcomm_test::launch_all(nranks, "symcomm_test_cta_part", symcomm_emu_entry_symcomm_test_cta_part,
+                                     dim3(ctas), dim3(threads), [&](uint32_t r) {
+                                         return PartArgs{team.comm(r, kTimeout), team.win(r, 0), team.win(r, 1), kind,
+                                                         in_place, count, SYMCOMM_USER_BARRIER_FIRST,
+                                                         &marks[r * out_len], &results[r * 2], {}};
+                                     });
+            for (uint32_t r = 0; r < nranks; ++r) {
+                bool once = true;
+                for (uint64_t i = 0; i < out_len; ++i) once = once && marks[r * out_len + i] == 1;
+                check(results[r * 2] == SYMCOMM_STATUS_OK && results[r * 2 + 1] == 0 && once,
+                      "cta_part kind/in_place (result; each output element read once)", kind, in_place,
+                      &results[r * 2], 2);
+            }
+            printf("cta_part kind=%u in_place=%u: %s\n", kind, in_place, failures ? "FAIL" : "ok");
+        }
+    }
+}
+
 }  // namespace
 
 int main() {
@@ -165,5 +210,6 @@ int main() {
     warp_barrier();
     group_wait();
     grid_sync();
+    cta_part();
     return failures ? 1 : 0;
 }
