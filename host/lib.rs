@@ -14,6 +14,7 @@ pub mod image;
 pub mod log;
 mod residency;
 pub mod stream;
+pub(crate) mod sync_free;
 pub mod tune;
 
 pub use backend::cuda::DevicePlain;

@@ -476,6 +476,30 @@ impl Queue {
     }
 }
 
+impl crate::sync_free::StreamProbe for Queue {
+    fn idle(&self) -> bool {
+        let st = self.lock();
+        st.completed >= st.enqueued
+    }
+
+    fn settle(&self, deadline: std::time::Instant) -> bool {
+        let mut st = self.lock();
+        let ticket = st.enqueued;
+        while st.completed < ticket {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            st = self
+                .progress
+                .wait_timeout(st, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        true
+    }
+}
+
 /// Runs one queued item; a panic inside it becomes an error, so the worker lives on and waiters
 /// are released.
 fn run_item(item: &HostFn) -> Result<()> {
@@ -658,6 +682,9 @@ impl Drop for EmuStream {
 /// ([`Stream::from_cuda_raw`]) is left alive. A capture still open when the stream drops is
 /// ended and its graph discarded.
 pub struct Stream {
+    /// The stream's entry in the registry of synchronizing frees (`crate::sync_free`); declared
+    /// first so that it drops before the stream is destroyed.
+    _frees: crate::sync_free::Registration,
     inner: StreamInner,
     /// `Some` between [`Stream::begin_capture`] and [`Stream::end_capture`]. Held while work is
     /// recorded (and, on CUDA, while a launch is captured), so that a capture cannot end halfway
@@ -740,10 +767,19 @@ impl Stream {
             Backend::Cuda(device) => StreamInner::Cuda(device.create_stream()?),
             Backend::Emu => StreamInner::Emu(EmuStream::new()?),
         };
-        Ok(Stream {
+        Ok(Stream::with_inner(inner))
+    }
+
+    fn with_inner(inner: StreamInner) -> Stream {
+        let probe: Arc<dyn crate::sync_free::StreamProbe> = match &inner {
+            StreamInner::Cuda(s) => Arc::new(s.probe()),
+            StreamInner::Emu(e) => e.queue.clone(),
+        };
+        Stream {
+            _frees: crate::sync_free::register(probe),
             inner,
             capture: Mutex::new(None),
-        })
+        }
     }
 
     /// Wraps an existing `CUstream` of `device`'s primary context without owning it: dropping the
@@ -760,10 +796,7 @@ impl Stream {
     pub unsafe fn from_cuda_raw(device: &CudaDevice, handle: u64) -> Stream {
         // SAFETY: forwarded from this function's contract.
         let stream = unsafe { device.wrap_stream(handle) };
-        Stream {
-            inner: StreamInner::Cuda(stream),
-            capture: Mutex::new(None),
-        }
+        Stream::with_inner(StreamInner::Cuda(stream))
     }
 
     /// The `CUstream` handle as an integer (0: the legacy default stream), for passing this
@@ -873,6 +906,8 @@ impl Stream {
             let fits = kernel.resident_ctas(config.threads(), shared_bytes)?;
             check_co_resident(kernel, &config, fits, "the GPU holds")?;
         }
+        // No synchronizing free runs while a launch is being enqueued (`crate::sync_free`).
+        let _launching = crate::sync_free::launching();
         match (&self.inner, &kernel.code) {
             (StreamInner::Cuda(stream), KernelCode::Cuda(module)) => {
                 let func = module.function(kernel.name)?;
@@ -1290,6 +1325,8 @@ impl Graph {
     /// [`Error::InvalidArgument`] when `stream` belongs to the other backend (or, on CUDA,
     /// another GPU); [`Error::Cuda`]; the sticky error of a failed emulator stream.
     pub fn launch(&self, stream: &Stream) -> Result<()> {
+        // No synchronizing free runs while a launch is being enqueued (`crate::sync_free`).
+        let _launching = crate::sync_free::launching();
         match (&self.inner, &stream.inner) {
             (GraphInner::Cuda { exec, modules }, StreamInner::Cuda(s)) => {
                 let mut capture = stream.capture();

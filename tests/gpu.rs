@@ -2146,6 +2146,79 @@ fn comm_checks(report: &mut Report, device: symcomm::Device, count: usize) {
                 co_residency_check(device, n),
             );
         }
+        report.record(
+            "free_while_peer_queued",
+            free_while_peer_queued_check(device),
+        );
+    }
+}
+
+/// Two ranks as threads on one GPU (one CUDA context): rank 0 drops a window and queues its next
+/// all-reduce while rank 1 is still before its own drop. `cuMemUnmap` synchronizes the context,
+/// so an inline free on rank 1 would wait for rank 0's all-reduce, which waits for rank 1's: a
+/// hang until the device timeout. symcomm frees only while its streams are idle
+/// (host/sync_free.rs); the emulator twin is tests/residency.rs.
+fn free_while_peer_queued_check(device: symcomm::Device) -> Outcome {
+    use symcomm::{CommOptions, Communicator, DataType, RedOp};
+    let id = symcomm::UniqueId::new_on("127.0.0.1".parse().map_err(err)?).map_err(err)?;
+    let n = 1usize << 20;
+    let per_rank: Vec<Result<(usize, Duration), String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2u32)
+            .map(|r| {
+                let id = &id;
+                s.spawn(move || -> Result<(usize, Duration), String> {
+                    let config = symcomm::bootstrap::BootstrapConfig::new(id.clone(), r, 2)
+                        .with_timeout(Duration::from_secs(60))
+                        .with_host_id("gpu-check");
+                    let options = CommOptions::default().with_device_timeout(TIMEOUT);
+                    let comm = Communicator::init_with(&config, device, &options).map_err(err)?;
+                    let stream = comm.create_stream().map_err(err)?;
+                    let a = comm.alloc_window::<u64>(n).map_err(err)?;
+                    let b = comm.alloc_window::<u64>(n).map_err(err)?;
+                    let input: Vec<u64> = (0..n as u64).map(|i| i * 3 + u64::from(r)).collect();
+                    a.write(0, &input).map_err(err)?;
+                    comm.barrier().map_err(err)?;
+                    let sum = || comm.all_reduce(&a, &a, n, DataType::U64, RedOp::Sum, &stream);
+                    sum().map_err(err)?;
+                    if r == 1 {
+                        std::thread::sleep(Duration::from_millis(300));
+                    }
+                    let start = Instant::now();
+                    drop(b);
+                    sum().map_err(err)?;
+                    stream.synchronize().map_err(err)?;
+                    comm.check_error().map_err(err)?;
+                    let elapsed = start.elapsed();
+                    let got = a.to_vec().map_err(err)?;
+                    let wrong = (0..n).filter(|&i| got[i] != (i as u64 * 6 + 1) * 2).count();
+                    Ok((wrong, elapsed))
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("panicked".into())))
+            .collect()
+    });
+    let mut detail = Vec::new();
+    let mut ok = true;
+    for (r, res) in per_rank.iter().enumerate() {
+        match res {
+            Ok((wrong, elapsed)) => {
+                detail.push(format!(
+                    "rank {r}: #wrong {wrong}, drop + all-reduce {elapsed:?}"
+                ));
+                ok &= *wrong == 0 && *elapsed < Duration::from_secs(5);
+            }
+            Err(e) => {
+                detail.push(format!("rank {r}: {e}"));
+                ok = false;
+            }
+        }
+    }
+    if ok {
+        Ok((detail.join("; "), Value::Null))
+    } else {
+        Err(detail.join("; "))
     }
 }
 

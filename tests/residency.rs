@@ -18,7 +18,10 @@ use std::time::{Duration, Instant};
 
 use symcomm::bootstrap::BootstrapConfig;
 use symcomm::tune;
-use symcomm::{CommOptions, Communicator, Device, Error, KernelArgs, LaunchConfig, UniqueId};
+use symcomm::{
+    CommOptions, Communicator, DataType, Device, Error, KernelArgs, LaunchConfig, RedOp, UniqueId,
+    Window,
+};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -189,5 +192,47 @@ fn two_ranks_on_one_stream_are_refused() {
     );
     for (r, (_, out)) in results.iter().enumerate() {
         assert!(out.iter().all(|&v| v == 3.0), "rank {r}: {:?}", &out[..4]);
+    }
+}
+
+/// Freeing memory synchronizes the GPU on CUDA (`cuMemUnmap`), and the emulator models that
+/// wait. Rank 0 drops a window and starts its next all-reduce while rank 1 is still before its
+/// own drop: a free that waited for the GPU there would wait for rank 0's queued all-reduce,
+/// which waits for rank 1's, which rank 1 cannot launch until its free returned — a hang until
+/// the device timeout (the failure before frees waited for an idle moment).
+#[test]
+fn freeing_a_window_never_waits_for_a_peers_queued_collective() {
+    let _s = serial();
+    let n = 512usize;
+    let results = with_ranks(2, Duration::from_secs(5), |comm| {
+        let stream = comm.create_stream().unwrap();
+        let r = comm.rank() as u64;
+        let a = comm.alloc_window::<u64>(n).unwrap();
+        let b = comm.alloc_window::<u64>(n).unwrap();
+        let input: Vec<u64> = (0..n as u64).map(|i| i * 3 + r).collect();
+        a.write(0, &input).unwrap();
+        let sum =
+            |x: &Window<'_, u64>| comm.all_reduce(x, x, n, DataType::U64, RedOp::Sum, &stream);
+        sum(&a).unwrap();
+        if r == 1 {
+            // Rank 0 frees and queues its next all-reduce first.
+            thread::sleep(Duration::from_millis(300));
+        }
+        let start = Instant::now();
+        drop(b);
+        sum(&a).unwrap();
+        stream.synchronize().unwrap();
+        comm.check_error()
+            .unwrap_or_else(|e| panic!("rank {r}: after drop + all-reduce: {e}"));
+        (a.to_vec().unwrap(), start.elapsed())
+    });
+    // Two in-place sums of 2 ranks: (2i*3 + 1) * 2.
+    let want: Vec<u64> = (0..n as u64).map(|i| (i * 6 + 1) * 2).collect();
+    for (r, (got, elapsed)) in results.iter().enumerate() {
+        assert_eq!(got, &want, "rank {r}");
+        assert!(
+            *elapsed < Duration::from_secs(4),
+            "rank {r}: drop + all-reduce took {elapsed:?}"
+        );
     }
 }

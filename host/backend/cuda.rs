@@ -1067,6 +1067,32 @@ pub struct Stream {
     owned: bool,
 }
 
+/// A stream's idleness, asked by the registry of synchronizing frees while the stream lives
+/// (`crate::sync_free` removes it before the stream is destroyed).
+pub(crate) struct StreamProbe {
+    ctx: Arc<Context>,
+    stream: usize,
+}
+
+impl crate::sync_free::StreamProbe for StreamProbe {
+    fn idle(&self) -> bool {
+        if self.ctx.bind().is_err() {
+            return true;
+        }
+        let stream: dsys::CUstream = std::ptr::with_exposed_provenance_mut(self.stream);
+        // SAFETY: the context is current; the registry asks only while the stream lives.
+        // Anything but "not ready" (done, or a failed stream that runs nothing more) is idle.
+        !matches!(
+            unsafe { dsys::cuStreamQuery(stream) },
+            dsys::CUresult::CUDA_ERROR_NOT_READY
+        )
+    }
+
+    fn settle(&self, _deadline: std::time::Instant) -> bool {
+        true
+    }
+}
+
 // SAFETY: stream handles may be used from any thread (thread-safe driver API); the context is
 // made current before each use.
 unsafe impl Send for Stream {}
@@ -1378,6 +1404,15 @@ impl Stream {
             dsys::CUresult::CUDA_SUCCESS => Ok(true),
             dsys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
             r => Err(cuda_error("cuStreamQuery", r)),
+        }
+    }
+
+    /// What the registry of synchronizing frees (`crate::sync_free`) asks this stream: whether
+    /// it is idle. Used only while the stream lives.
+    pub(crate) fn probe(&self) -> StreamProbe {
+        StreamProbe {
+            ctx: Arc::clone(&self.ctx),
+            stream: self.stream.expose_provenance(),
         }
     }
 

@@ -244,17 +244,31 @@ impl FlatMapping {
 
 impl Drop for FlatMapping {
     fn drop(&mut self) {
-        if let MappingKind::Emu = self.kind {
-            let len = self.stride as usize * self.nranks as usize;
-            if let (Some(base), true) = (NonNull::new(self.base as *mut c_void), len > 0) {
-                // SAFETY: the whole reservation made in `map`, owned by this mapping; no kernel
-                // uses it any more (the launch contract keeps windows alive past their kernels).
-                if let Err(e) = unsafe { munmap(base, len) } {
-                    tracing::warn!(target: "symcomm::alloc", "munmap of a window failed: {e}");
+        // Unmapping synchronizes the GPU (cuMemUnmap): only while no symcomm stream has work in
+        // flight (`crate::sync_free`). The emulator models that wait.
+        let (base, len) = (
+            self.base as usize,
+            self.stride as usize * self.nranks as usize,
+        );
+        let free: Box<dyn FnOnce() + Send> = match std::mem::replace(
+            &mut self.kind,
+            MappingKind::Emu,
+        ) {
+            MappingKind::Emu => Box::new(move || {
+                crate::sync_free::emulated_context_sync();
+                if let (Some(base), true) = (NonNull::new(base as *mut c_void), len > 0) {
+                    // SAFETY: the whole reservation made in `map`, owned by this mapping and
+                    // unmapped once; no kernel uses it any more (the launch contract keeps
+                    // windows alive past their kernels).
+                    if let Err(e) = unsafe { munmap(base, len) } {
+                        tracing::warn!(target: "symcomm::alloc", "munmap of a window failed: {e}");
+                    }
                 }
-            }
-        }
-        // CUDA: `VmmRange` unmaps and releases on its own drop.
+            }),
+            // `VmmRange` unmaps and releases on its own drop.
+            MappingKind::Cuda(range) => Box::new(move || drop(range)),
+        };
+        crate::sync_free::release(free);
     }
 }
 
@@ -268,10 +282,28 @@ pub(crate) struct ControlBlock {
 }
 
 /// Owns the block's memory; only its drop matters.
-#[expect(dead_code, reason = "held for its Drop")]
 enum ControlMemory {
     Emu(Box<[u64; 8]>),
     Cuda(HostMapped),
+    /// Handed to `crate::sync_free` by the block's drop.
+    Released,
+}
+
+impl Drop for ControlBlock {
+    fn drop(&mut self) {
+        // cuMemFreeHost synchronizes the GPU: only while no symcomm stream has work in flight
+        // (`crate::sync_free`). The emulator models that wait.
+        let free: Box<dyn FnOnce() + Send> =
+            match std::mem::replace(&mut self._keep, ControlMemory::Released) {
+                ControlMemory::Emu(mem) => Box::new(move || {
+                    crate::sync_free::emulated_context_sync();
+                    drop(mem);
+                }),
+                ControlMemory::Cuda(mem) => Box::new(move || drop(mem)),
+                ControlMemory::Released => return,
+            };
+        crate::sync_free::release(free);
+    }
 }
 
 // SAFETY: the block is plain words accessed through atomics (abort flag, error status) or read
