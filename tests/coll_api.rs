@@ -2,7 +2,9 @@
 //! the bad-input table (each documented error before anything is launched, then the next valid
 //! call passes), cross-rank mismatches (device fingerprints -> `Mismatch` on every rank),
 //! send / recv and groups (rings, self-sends, multi-chunk messages, windows and buffers, bad
-//! groups), graph capture and replay with fresh inputs each time, and two streams at once.
+//! groups), graph capture and replay with fresh inputs each time, two streams at once, and stream
+//! lanes (freed when their streams drop, taken by later streams, agreed across ranks, kept by
+//! graphs).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
