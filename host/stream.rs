@@ -690,7 +690,16 @@ pub struct Stream {
     /// recorded (and, on CUDA, while a launch is captured), so that a capture cannot end halfway
     /// through an enqueue.
     capture: Mutex<Option<Capture>>,
+    /// This value's identity (see [`StreamToken`]). Declared last: dropped after the stream's
+    /// teardown, which on the emulator waits for the queued work.
+    token: Arc<StreamToken>,
 }
+
+/// The identity of one [`Stream`] value while it lives: bookkeeping that must end with the value
+/// (a communicator's stream lanes) keeps a `Weak` to it, so that a dropped stream can never be
+/// mistaken for a new one (its key may be reused, its token's allocation is not while a `Weak`
+/// to it exists).
+pub(crate) struct StreamToken(());
 
 enum StreamInner {
     Cuda(cuda::Stream),
@@ -706,7 +715,12 @@ struct Capture {
     items: Vec<HostFn>,
     /// CUDA: the modules of the recorded launches, which the graph keeps loaded.
     modules: Vec<Arc<CudaModule>>,
+    /// What the recorded work needs to exist while the graph does ([`Stream::keep_for_graph`]).
+    kept: Vec<Kept>,
 }
+
+/// Something a [`Graph`] keeps alive for its recorded work.
+type Kept = Arc<dyn std::any::Any + Send + Sync>;
 
 impl Capture {
     fn keep(&mut self, module: &Arc<CudaModule>) {
@@ -779,6 +793,7 @@ impl Stream {
             _frees: crate::sync_free::register(probe),
             inner,
             capture: Mutex::new(None),
+            token: Arc::new(StreamToken(())),
         }
     }
 
@@ -830,6 +845,28 @@ impl Stream {
         match &self.inner {
             StreamInner::Cuda(s) => s.raw() as usize,
             StreamInner::Emu(e) => Arc::as_ptr(&e.queue).expose_provenance(),
+        }
+    }
+
+    /// This value's identity: unique among all `Stream` values ever created while a `Weak` to
+    /// it is kept; it dies when the value drops (after its teardown).
+    pub(crate) fn token(&self) -> &Arc<StreamToken> {
+        &self.token
+    }
+
+    /// While this stream captures (through [`Self::begin_capture`]), makes the resulting graph
+    /// keep `what` alive: until the graph drops and its last launch has finished (a graph that
+    /// keeps something waits for that in its drop), and in graphs that launch it during their
+    /// capture too. Returns whether it is kept: `false` when the stream is not capturing, or
+    /// captures for someone else (a CUDA capture begun outside symcomm, whose graph it cannot
+    /// reach).
+    pub(crate) fn keep_for_graph(&self, what: Kept) -> bool {
+        match self.capture().as_mut() {
+            Some(c) => {
+                c.kept.push(what);
+                true
+            }
+            None => false,
         }
     }
 
@@ -1198,6 +1235,7 @@ impl Stream {
             thread: std::thread::current().id(),
             items: Vec::new(),
             modules: Vec::new(),
+            kept: Vec::new(),
         });
         Ok(())
     }
@@ -1234,13 +1272,17 @@ impl Stream {
             StreamInner::Cuda(s) => GraphInner::Cuda {
                 exec: s.end_capture()?,
                 modules: recorded.modules,
+                last: Mutex::new(None),
             },
             StreamInner::Emu(_) => GraphInner::Emu {
                 items: recorded.items,
                 last: Mutex::new(None),
             },
         };
-        Ok(Graph { inner })
+        Ok(Graph {
+            inner,
+            kept: recorded.kept,
+        })
     }
 
     /// Whether the stream is capturing: between [`Self::begin_capture`] and
@@ -1285,9 +1327,17 @@ fn raw_range(what: &str, addr: u64, bytes: u64) -> Result<usize> {
 ///   alive, so the graph may drop at any time. A recorded item that fails fails the stream it
 ///   runs on (its sticky error), as queued work does.
 ///
+/// A graph that captured host collectives keeps their stream's lane (see
+/// [the collectives](crate::comm::coll)) in use while it exists, and its drop waits for its last
+/// launch to finish (bounded: the kernels' device timeout), so that the lane's next stream never
+/// runs beside a replay.
+///
 /// `Send + Sync`: it may be launched from any thread.
 pub struct Graph {
     inner: GraphInner,
+    /// Kept alive for the recorded work ([`Stream::keep_for_graph`]); dropped only after the
+    /// last launch finished.
+    kept: Vec<Kept>,
 }
 
 enum GraphInner {
@@ -1295,6 +1345,8 @@ enum GraphInner {
         /// Declared first: destroyed before the modules its kernel nodes use are unloaded.
         exec: cuda::Graph,
         modules: Vec<Arc<CudaModule>>,
+        /// Recorded after the last launch when the graph keeps something (outside captures).
+        last: Mutex<Option<cuda::Event>>,
     },
     Emu {
         items: Vec<HostFn>,
@@ -1328,12 +1380,37 @@ impl Graph {
         // No synchronizing free runs while a launch is being enqueued (`crate::sync_free`).
         let _launching = crate::sync_free::launching();
         match (&self.inner, &stream.inner) {
-            (GraphInner::Cuda { exec, modules }, StreamInner::Cuda(s)) => {
+            (
+                GraphInner::Cuda {
+                    exec,
+                    modules,
+                    last,
+                },
+                StreamInner::Cuda(s),
+            ) => {
                 let mut capture = stream.capture();
                 s.launch_graph(exec)?;
                 if let Some(c) = capture.as_mut() {
                     for m in modules {
                         c.keep(m);
+                    }
+                    c.kept.extend(self.kept.iter().cloned());
+                } else if s.is_capturing() {
+                    // Recorded into a capture begun outside symcomm, whose graph it cannot
+                    // reach: what this graph keeps stays alive for good.
+                    for k in &self.kept {
+                        std::mem::forget(Arc::clone(k));
+                    }
+                } else if !self.kept.is_empty() {
+                    match s.record_event() {
+                        Ok(e) => *last.lock().unwrap_or_else(PoisonError::into_inner) = Some(e),
+                        Err(e) => {
+                            // The drop could not wait for this launch: keep for good instead.
+                            for k in &self.kept {
+                                std::mem::forget(Arc::clone(k));
+                            }
+                            return Err(e);
+                        }
                     }
                 }
                 Ok(())
@@ -1343,6 +1420,7 @@ impl Graph {
                 if let Some(c) = capture.as_mut() {
                     emu.queue.sticky()?;
                     c.items.extend(items.iter().cloned());
+                    c.kept.extend(self.kept.iter().cloned());
                     return Ok(());
                 }
                 let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
@@ -1380,6 +1458,30 @@ impl Graph {
     /// Whether nothing was recorded.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        if self.kept.is_empty() {
+            return;
+        }
+        // What the graph keeps is released only after its last launch has run (see `kept`).
+        let waited = match &mut self.inner {
+            GraphInner::Cuda { last, .. } => last
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take()
+                .map(|e| e.synchronize()),
+            GraphInner::Emu { last, .. } => last
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take()
+                .map(|(queue, ticket)| queue.wait_for(ticket)),
+        };
+        if let Some(Err(e)) = waited {
+            tracing::warn!(target: "symcomm::stream", error = %e, "waiting for a dropped graph's last launch");
+        }
     }
 }
 

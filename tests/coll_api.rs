@@ -2,7 +2,9 @@
 //! the bad-input table (each documented error before anything is launched, then the next valid
 //! call passes), cross-rank mismatches (device fingerprints -> `Mismatch` on every rank),
 //! send / recv and groups (rings, self-sends, multi-chunk messages, windows and buffers, bad
-//! groups), graph capture and replay with fresh inputs each time, and two streams at once.
+//! groups), graph capture and replay with fresh inputs each time, two streams at once, and stream
+//! lanes (freed when their streams drop, taken by later streams, agreed across ranks, kept by
+//! graphs).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -567,4 +569,265 @@ fn buffers_dropped_right_after_a_call() {
     for (r, o) in outs.iter().enumerate() {
         assert!(o.is_ok(), "rank {r}: {o:?}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stream lanes: a lane is freed when its stream drops and taken by the next new stream
+// ---------------------------------------------------------------------------------------------
+
+/// The buffers of [`LaneBuffers::issue`]: windows for the zero-copy path, ordinary buffers for the
+/// staged one (through the lane's staging windows).
+struct LaneBuffers<'c> {
+    n: usize,
+    win_in: symcomm::Window<'c, f32>,
+    win_out: symcomm::Window<'c, f32>,
+    buf_in: symcomm::Buffer,
+    buf_out: symcomm::Buffer,
+    ring: symcomm::Buffer,
+}
+
+fn lane_value(salt: u32, r: u32, i: usize) -> f32 {
+    (salt * 1000 + r * 10 + (i % 7) as u32) as f32
+}
+
+impl<'c> LaneBuffers<'c> {
+    fn new(comm: &'c Communicator, n: usize) -> LaneBuffers<'c> {
+        LaneBuffers {
+            n,
+            win_in: comm.alloc_window::<f32>(n).unwrap(),
+            win_out: comm.alloc_window::<f32>(n).unwrap(),
+            buf_in: comm.alloc_buffer(n * 4).unwrap(),
+            buf_out: comm.alloc_buffer(n * 4 * comm.nranks() as usize).unwrap(),
+            ring: comm.alloc_buffer(n * 4).unwrap(),
+        }
+    }
+
+    /// Issues an all-reduce on windows, an all-gather of buffers and a send/recv ring on
+    /// `stream` with inputs made from `salt`, without waiting for them.
+    fn issue(&self, comm: &Communicator, stream: &Stream, salt: u32) -> symcomm::Result<()> {
+        let (me, nr, n) = (comm.rank(), comm.nranks(), self.n);
+        let mine: Vec<f32> = (0..n).map(|i| lane_value(salt, me, i)).collect();
+        self.win_in.write(0, &mine).unwrap();
+        self.buf_in.write(0, &mine).unwrap();
+        comm.barrier().unwrap();
+        comm.all_reduce(
+            &self.win_in,
+            &self.win_out,
+            n,
+            DataType::F32,
+            RedOp::Sum,
+            stream,
+        )?;
+        comm.all_gather(&self.buf_in, &self.buf_out, n, DataType::F32, stream)?;
+        comm.group(stream, |g| {
+            g.send(&self.buf_in, n, DataType::F32, (me + 1) % nr)?;
+            g.recv(&self.ring, n, DataType::F32, (me + nr - 1) % nr)
+        })
+    }
+
+    /// Checks bit-exactly what [`Self::issue`] with `salt` computed (its stream has run it).
+    fn check(&self, comm: &Communicator, salt: u32) {
+        comm.check_error().unwrap();
+        let (me, nr, n) = (comm.rank(), comm.nranks(), self.n);
+        let sum = self.win_out.to_vec().unwrap();
+        let mut gathered = vec![0f32; n * nr as usize];
+        self.buf_out.read(0, &mut gathered).unwrap();
+        let mut from_prev = vec![0f32; n];
+        self.ring.read(0, &mut from_prev).unwrap();
+        let prev = (me + nr - 1) % nr;
+        for i in 0..n {
+            let want: f32 = (0..nr).map(|r| lane_value(salt, r, i)).sum();
+            assert_eq!(sum[i].to_bits(), want.to_bits(), "salt {salt}: sum {i}");
+            for r in 0..nr {
+                let got = gathered[r as usize * n + i];
+                assert_eq!(
+                    got.to_bits(),
+                    lane_value(salt, r, i).to_bits(),
+                    "salt {salt}"
+                );
+            }
+            let want = lane_value(salt, prev, i);
+            assert_eq!(
+                from_prev[i].to_bits(),
+                want.to_bits(),
+                "salt {salt}: ring {i}"
+            );
+        }
+        comm.barrier().unwrap();
+    }
+
+    /// [`Self::issue`], synchronize, [`Self::check`].
+    fn round(&self, comm: &Communicator, stream: &Stream, salt: u32) {
+        self.issue(comm, stream, salt).unwrap();
+        stream.synchronize().unwrap();
+        self.check(comm, salt);
+    }
+}
+
+/// More streams over a communicator's life than it has lanes: each stream takes a lane at its
+/// first collective and frees it when it drops (here right after its calls, without
+/// synchronizing: the next stream's calls must wait for the dropped one's), while one stream
+/// keeps the other lane; then both lanes change hands at once. Every result bit-exact. Before
+/// lanes were freed, the third stream was refused for the communicator's whole life.
+#[test]
+fn streams_used_one_after_another_take_turns_on_the_lanes() {
+    for nranks in [2u32, 4] {
+        with_ranks(nranks, options(), |comm| {
+            let bufs = LaneBuffers::new(comm, 1500);
+            let keep = comm.create_stream().unwrap();
+            bufs.round(comm, &keep, 0);
+            for salt in 1..=4 {
+                let s = comm.create_stream().unwrap();
+                bufs.issue(comm, &s, salt).unwrap();
+                if salt % 2 == 0 {
+                    s.synchronize().unwrap();
+                }
+                drop(s);
+                bufs.check(comm, salt);
+                bufs.round(comm, &keep, 10 + salt);
+            }
+            drop(keep);
+            let (s1, s2) = (comm.create_stream().unwrap(), comm.create_stream().unwrap());
+            bufs.round(comm, &s2, 20);
+            bufs.round(comm, &s1, 21);
+            bufs.round(comm, &s2, 22);
+        });
+    }
+}
+
+/// A collective on one stream more than there are lanes, while the others are alive, is a
+/// typed error naming the limit and the way out (drop a stream); nothing runs, the streams in
+/// use go on, and once one of them drops the refused stream gets its lane.
+#[test]
+fn one_stream_more_than_the_lanes_is_refused_until_one_drops() {
+    with_ranks(2, options(), |comm| {
+        let bufs = LaneBuffers::new(comm, 700);
+        let (s1, s2, s3) = (
+            comm.create_stream().unwrap(),
+            comm.create_stream().unwrap(),
+            comm.create_stream().unwrap(),
+        );
+        bufs.round(comm, &s1, 1);
+        bufs.round(comm, &s2, 2);
+        for r in [
+            comm.all_reduce(
+                &bufs.win_in,
+                &bufs.win_out,
+                4,
+                DataType::F32,
+                RedOp::Sum,
+                &s3,
+            ),
+            comm.send(&bufs.buf_in, 4, DataType::F32, 0, &s3),
+        ] {
+            match r {
+                Err(Error::InvalidArgument(m)) => {
+                    // The limit (`MAX_STREAMS`) and the way to free a lane.
+                    assert!(m.contains("2 streams") && m.contains("drop"), "{m}");
+                }
+                other => panic!("rank {}: {other:?}", comm.rank()),
+            }
+        }
+        assert!(s3.is_idle().unwrap());
+        bufs.round(comm, &s1, 3);
+        bufs.round(comm, &s2, 4);
+        drop(s2);
+        bufs.round(comm, &s3, 5);
+        bufs.round(comm, &s1, 6);
+    });
+}
+
+/// Ranks whose streams in use differ when a new stream takes a lane would put it on different
+/// lanes (or on none): every rank gets an error before anything runs (the ranks agree on the
+/// lane), never a hang or wrong data; the communicator goes on once the ranks agree again.
+#[test]
+fn ranks_with_different_streams_in_use_get_an_error_on_every_rank() {
+    let out = with_ranks(2, options(), |comm| {
+        let bufs = LaneBuffers::new(comm, 300);
+        let me = comm.rank();
+        let mut a = Some(comm.create_stream().unwrap());
+        let mut b = Some(comm.create_stream().unwrap());
+        bufs.round(comm, a.as_ref().unwrap(), 1);
+        bufs.round(comm, b.as_ref().unwrap(), 2);
+        let c = comm.create_stream().unwrap();
+        // Rank 0 frees the first lane; rank 1 has none free for `c`.
+        if me == 0 {
+            a = None;
+        }
+        let full = bufs.issue(comm, &c, 3);
+        // Rank 1 frees the second lane: `c` would take lane 0 on rank 0 and lane 1 on rank 1.
+        if me == 1 {
+            b = None;
+        }
+        let differ = bufs.issue(comm, &c, 4);
+        // Agreement again: both lanes free everywhere.
+        drop((a.take(), b.take()));
+        bufs.round(comm, &c, 5);
+        (full, differ)
+    });
+    for (r, (full, differ)) in out.iter().enumerate() {
+        match full {
+            Err(Error::InvalidArgument(m)) if r == 1 => assert!(m.contains("drop"), "{m}"),
+            Err(Error::PeerFailed { rank: 1, .. }) if r == 0 => {}
+            other => panic!("rank {r}: {other:?}"),
+        }
+        assert!(
+            matches!(differ, Err(Error::Mismatch { .. })),
+            "rank {r}: {differ:?}"
+        );
+    }
+}
+
+/// A graph that captured collectives keeps their lane: after its stream dropped, the lane is
+/// still in use (a new stream is refused while the other lane is taken too) until the graph
+/// drops, and the drop waits for the graph's last replay, here held back on another stream, so
+/// that the next stream on the lane never runs beside it.
+#[test]
+fn a_graph_keeps_its_lane_until_it_drops_and_its_replays_finish() {
+    with_ranks(2, options(), |comm| {
+        let bufs = LaneBuffers::new(comm, 900);
+        let sa = comm.create_stream().unwrap();
+        bufs.round(comm, &sa, 1);
+        sa.begin_capture().unwrap();
+        bufs.issue(comm, &sa, 0).unwrap();
+        let graph = sa.end_capture().unwrap();
+        let sb = comm.create_stream().unwrap();
+        bufs.round(comm, &sb, 2);
+        drop(sa);
+        let sc = comm.create_stream().unwrap();
+        match comm.all_reduce(
+            &bufs.win_in,
+            &bufs.win_out,
+            4,
+            DataType::F32,
+            RedOp::Sum,
+            &sc,
+        ) {
+            Err(Error::InvalidArgument(m)) => {
+                assert!(m.contains("lane 0: a graph that captured"), "{m}");
+            }
+            other => panic!("rank {}: {other:?}", comm.rank()),
+        }
+        // Replay on a stream without a lane, behind a slow host function; `issue(.., 0)`'s
+        // inputs are the ones recorded (the writes happen now, before the replay runs).
+        let sd = comm.create_stream().unwrap();
+        let mine: Vec<f32> = (0..bufs.n).map(|i| lane_value(7, comm.rank(), i)).collect();
+        bufs.win_in.write(0, &mine).unwrap();
+        bufs.buf_in.write(0, &mine).unwrap();
+        comm.barrier().unwrap();
+        sd.enqueue_host(|| {
+            thread::sleep(Duration::from_millis(300));
+            Ok(())
+        })
+        .unwrap();
+        graph.launch(&sd).unwrap();
+        drop(graph);
+        assert!(
+            sd.is_idle().unwrap(),
+            "the graph dropped before its replay finished"
+        );
+        bufs.check(comm, 7);
+        bufs.round(comm, &sc, 8);
+        bufs.round(comm, &sb, 9);
+    });
 }

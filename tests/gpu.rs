@@ -2038,81 +2038,95 @@ fn emu_checks(report: &mut Report, summary: &mut serde_json::Map<String, Value>,
 // memfd on the emulator), the built-in all-reduce launched through Stream / Kernel
 // ---------------------------------------------------------------------------------------------
 
-/// `nranks` communicator ranks as threads on `device`: windows of `count` f32, every rank's copy
-/// read back by every rank, then `iters` one-shot all-reduces through the library's Stream and
-/// Kernel, checked bit for bit.
-fn comm_windows_check(device: symcomm::Device, nranks: u32, count: usize, iters: u32) -> Outcome {
-    use symcomm::{CommOptions, Communicator, KernelArgs, LaunchConfig};
+/// Runs `body` on `nranks` communicator ranks as threads on `device`, each with its own
+/// communicator; the ranks' results, or the first failed rank's error.
+fn comm_threads<T: Send>(
+    device: symcomm::Device,
+    nranks: u32,
+    body: impl Fn(&symcomm::Communicator) -> Result<T, String> + Sync,
+) -> Result<Vec<T>, String> {
     let id = symcomm::UniqueId::new_on("127.0.0.1".parse().map_err(err)?).map_err(err)?;
-    let value = |r: u32, i: usize| (r * 1000 + (i % 251) as u32) as f32;
-    let per_rank: Vec<Result<(usize, f64, u64), String>> = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         let hs: Vec<_> = (0..nranks)
             .map(|r| {
-                let id = &id;
-                s.spawn(move || -> Result<(usize, f64, u64), String> {
+                let (id, body) = (&id, &body);
+                s.spawn(move || -> Result<T, String> {
                     let config = symcomm::bootstrap::BootstrapConfig::new(id.clone(), r, nranks)
                         .with_timeout(Duration::from_secs(60))
                         .with_host_id("gpu-check");
-                    let options = CommOptions::default().with_device_timeout(TIMEOUT);
-                    let comm = Communicator::init_with(&config, device, &options).map_err(err)?;
-                    let src = comm.alloc_window::<f32>(count).map_err(err)?;
-                    let dst = comm.alloc_window::<f32>(count).map_err(err)?;
-                    let mine: Vec<f32> = (0..count).map(|i| value(r, i)).collect();
-                    src.write(0, &mine).map_err(err)?;
-                    comm.barrier().map_err(err)?;
-                    let mut wrong = 0;
-                    let mut got = vec![0f32; count];
-                    for peer in 0..nranks {
-                        src.read_rank(peer, 0, &mut got).map_err(err)?;
-                        wrong += (0..count)
-                            .filter(|&i| got[i].to_bits() != value(peer, i).to_bits())
-                            .count();
-                    }
-                    let stream = comm.create_stream().map_err(err)?;
-                    let kernel = comm
-                        .load_kernel(&DEVICE_IMAGE, "symcomm_collective_f32")
-                        .map_err(err)?;
-                    let args = support::one_shot_sum_f32(
-                        src.device_handle().raw(),
-                        dst.device_handle().raw(),
-                        count as u64,
-                    );
-                    let kargs = KernelArgs::new()
-                        .arg(&comm.device_handle().map_err(err)?)
-                        .arg(&args);
-                    let t = Instant::now();
-                    for _ in 0..iters {
-                        // SAFETY: (DevComm, CollArgs) by value, as the kernel takes them; the
-                        // windows outlive the launches (synchronized below).
-                        unsafe { stream.launch(&kernel, LaunchConfig::linear(8, 256), &kargs) }
-                            .map_err(err)?;
-                    }
-                    stream.synchronize().map_err(err)?;
-                    let per_launch_us = t.elapsed().as_secs_f64() * 1e6 / f64::from(iters);
-                    comm.check_error().map_err(err)?;
-                    dst.read(0, &mut got).map_err(err)?;
-                    wrong += (0..count)
-                        .filter(|&i| {
-                            let want: f32 = (0..nranks).map(|p| value(p, i)).sum();
-                            got[i].to_bits() != want.to_bits()
-                        })
-                        .count();
-                    Ok((wrong, per_launch_us, src.device_handle().raw().stride))
+                    let options = symcomm::CommOptions::default().with_device_timeout(TIMEOUT);
+                    let comm =
+                        symcomm::Communicator::init_with(&config, device, &options).map_err(err)?;
+                    body(&comm)
                 })
             })
             .collect();
         hs.into_iter()
-            .map(|h| {
+            .enumerate()
+            .map(|(r, h)| {
                 h.join()
                     .unwrap_or_else(|_| Err("rank thread panicked".into()))
+                    .map_err(|e| format!("rank {r}: {e}"))
             })
             .collect()
-    });
+    })
+}
+
+/// `nranks` communicator ranks as threads on `device`: windows of `count` f32, every rank's copy
+/// read back by every rank, then `iters` one-shot all-reduces through the library's Stream and
+/// Kernel, checked bit for bit.
+fn comm_windows_check(device: symcomm::Device, nranks: u32, count: usize, iters: u32) -> Outcome {
+    use symcomm::{KernelArgs, LaunchConfig};
+    let value = |r: u32, i: usize| (r * 1000 + (i % 251) as u32) as f32;
+    let per_rank = comm_threads(device, nranks, |comm| {
+        let r = comm.rank();
+        let src = comm.alloc_window::<f32>(count).map_err(err)?;
+        let dst = comm.alloc_window::<f32>(count).map_err(err)?;
+        let mine: Vec<f32> = (0..count).map(|i| value(r, i)).collect();
+        src.write(0, &mine).map_err(err)?;
+        comm.barrier().map_err(err)?;
+        let mut wrong = 0;
+        let mut got = vec![0f32; count];
+        for peer in 0..nranks {
+            src.read_rank(peer, 0, &mut got).map_err(err)?;
+            wrong += (0..count)
+                .filter(|&i| got[i].to_bits() != value(peer, i).to_bits())
+                .count();
+        }
+        let stream = comm.create_stream().map_err(err)?;
+        let kernel = comm
+            .load_kernel(&DEVICE_IMAGE, "symcomm_collective_f32")
+            .map_err(err)?;
+        let args = support::one_shot_sum_f32(
+            src.device_handle().raw(),
+            dst.device_handle().raw(),
+            count as u64,
+        );
+        let kargs = KernelArgs::new()
+            .arg(&comm.device_handle().map_err(err)?)
+            .arg(&args);
+        let t = Instant::now();
+        for _ in 0..iters {
+            // SAFETY: (DevComm, CollArgs) by value, as the kernel takes them; the windows
+            // outlive the launches (synchronized below).
+            unsafe { stream.launch(&kernel, LaunchConfig::linear(8, 256), &kargs) }.map_err(err)?;
+        }
+        stream.synchronize().map_err(err)?;
+        let per_launch_us = t.elapsed().as_secs_f64() * 1e6 / f64::from(iters);
+        comm.check_error().map_err(err)?;
+        dst.read(0, &mut got).map_err(err)?;
+        wrong += (0..count)
+            .filter(|&i| {
+                let want: f32 = (0..nranks).map(|p| value(p, i)).sum();
+                got[i].to_bits() != want.to_bits()
+            })
+            .count();
+        Ok((wrong, per_launch_us, src.device_handle().raw().stride))
+    })?;
     let mut wrong = 0;
     let mut worst_us = 0f64;
     let mut stride = 0;
-    for (r, res) in per_rank.into_iter().enumerate() {
-        let (w, us, st) = res.map_err(|e| format!("rank {r}: {e}"))?;
+    for (w, us, st) in per_rank {
         wrong += w;
         worst_us = worst_us.max(us);
         stride = st;
@@ -2130,11 +2144,81 @@ fn comm_windows_check(device: symcomm::Device, nranks: u32, count: usize, iters:
     }
 }
 
+/// Streams taking turns on one collective lane: each of `streams` streams issues three staged
+/// all-reduces (ordinary buffers, copied through the lane's staging windows) and is dropped at
+/// once — on CUDA that returns with the work still queued — so the next stream's first call
+/// must wait for the lane's last work before reusing its barriers and staging windows; a
+/// long-lived stream keeps the other lane. Every result checked bit for bit.
+fn comm_lanes_check(device: symcomm::Device, nranks: u32, count: usize, streams: u32) -> Outcome {
+    use symcomm::{DataType, RedOp};
+    let value =
+        |salt: usize, r: u32, i: usize| (salt as u32 * 1000 + r * 10 + (i % 7) as u32) as f32;
+    let wrong: usize = comm_threads(device, nranks, |comm| {
+        let keep = comm.create_stream().map_err(err)?;
+        let bufs = (0..=streams)
+            .map(|_| Ok((comm.alloc_buffer(count * 4)?, comm.alloc_buffer(count * 4)?)))
+            .collect::<symcomm::Result<Vec<_>>>()
+            .map_err(err)?;
+        for (salt, (inp, _)) in bufs.iter().enumerate() {
+            let mine: Vec<f32> = (0..count).map(|i| value(salt, comm.rank(), i)).collect();
+            inp.write(0, &mine).map_err(err)?;
+        }
+        comm.barrier().map_err(err)?;
+        let sum = |(inp, out): &(symcomm::Buffer, symcomm::Buffer), s: &symcomm::Stream| {
+            comm.all_reduce(inp, out, count, DataType::F32, RedOp::Sum, s)
+                .map_err(err)
+        };
+        sum(&bufs[streams as usize], &keep)?;
+        for b in &bufs[..streams as usize] {
+            let s = comm.create_stream().map_err(err)?;
+            for _ in 0..3 {
+                sum(b, &s)?;
+            }
+        }
+        // The last stream on the lane waits for the ones before it: synchronizing it covers
+        // them all.
+        let last = comm.create_stream().map_err(err)?;
+        sum(&bufs[0], &last)?;
+        last.synchronize().map_err(err)?;
+        keep.synchronize().map_err(err)?;
+        comm.check_error().map_err(err)?;
+        let mut wrong = 0;
+        let mut got = vec![0f32; count];
+        for (salt, (_, out)) in bufs.iter().enumerate() {
+            out.read(0, &mut got).map_err(err)?;
+            wrong += (0..count)
+                .filter(|&i| {
+                    let want: f32 = (0..nranks).map(|p| value(salt, p, i)).sum();
+                    got[i].to_bits() != want.to_bits()
+                })
+                .count();
+        }
+        Ok(wrong)
+    })?
+    .into_iter()
+    .sum();
+    let detail = format!(
+        "{nranks} ranks as threads: {streams} streams one after another on one lane, each dropped right after 3 staged all-reduces of {count} f32, #wrong {wrong}"
+    );
+    if wrong == 0 {
+        Ok((
+            detail,
+            json!({"nranks": nranks, "count": count, "streams": streams}),
+        ))
+    } else {
+        Err(detail)
+    }
+}
+
 fn comm_checks(report: &mut Report, device: symcomm::Device, count: usize) {
     for n in [2u32, 4] {
         report.record(
             &format!("comm_windows_threads_{n}"),
             comm_windows_check(device, n, count, 5),
+        );
+        report.record(
+            &format!("comm_lane_turnover_threads_{n}"),
+            comm_lanes_check(device, n, count, 4),
         );
     }
     if device != symcomm::Device::Emu {
@@ -2159,63 +2243,42 @@ fn comm_checks(report: &mut Report, device: symcomm::Device, count: usize) {
 /// hang until the device timeout. symcomm frees only while its streams are idle
 /// (host/sync_free.rs); the emulator twin is tests/residency.rs.
 fn free_while_peer_queued_check(device: symcomm::Device) -> Outcome {
-    use symcomm::{CommOptions, Communicator, DataType, RedOp};
-    let id = symcomm::UniqueId::new_on("127.0.0.1".parse().map_err(err)?).map_err(err)?;
+    use symcomm::{DataType, RedOp};
     let n = 1usize << 20;
-    let per_rank: Vec<Result<(usize, Duration), String>> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..2u32)
-            .map(|r| {
-                let id = &id;
-                s.spawn(move || -> Result<(usize, Duration), String> {
-                    let config = symcomm::bootstrap::BootstrapConfig::new(id.clone(), r, 2)
-                        .with_timeout(Duration::from_secs(60))
-                        .with_host_id("gpu-check");
-                    let options = CommOptions::default().with_device_timeout(TIMEOUT);
-                    let comm = Communicator::init_with(&config, device, &options).map_err(err)?;
-                    let stream = comm.create_stream().map_err(err)?;
-                    let a = comm.alloc_window::<u64>(n).map_err(err)?;
-                    let b = comm.alloc_window::<u64>(n).map_err(err)?;
-                    let input: Vec<u64> = (0..n as u64).map(|i| i * 3 + u64::from(r)).collect();
-                    a.write(0, &input).map_err(err)?;
-                    comm.barrier().map_err(err)?;
-                    let sum = || comm.all_reduce(&a, &a, n, DataType::U64, RedOp::Sum, &stream);
-                    sum().map_err(err)?;
-                    if r == 1 {
-                        std::thread::sleep(Duration::from_millis(300));
-                    }
-                    let start = Instant::now();
-                    drop(b);
-                    sum().map_err(err)?;
-                    stream.synchronize().map_err(err)?;
-                    comm.check_error().map_err(err)?;
-                    let elapsed = start.elapsed();
-                    let got = a.to_vec().map_err(err)?;
-                    let wrong = (0..n).filter(|&i| got[i] != (i as u64 * 6 + 1) * 2).count();
-                    Ok((wrong, elapsed))
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("panicked".into())))
-            .collect()
-    });
-    let mut detail = Vec::new();
-    let mut ok = true;
-    for (r, res) in per_rank.iter().enumerate() {
-        match res {
-            Ok((wrong, elapsed)) => {
-                detail.push(format!(
-                    "rank {r}: #wrong {wrong}, drop + all-reduce {elapsed:?}"
-                ));
-                ok &= *wrong == 0 && *elapsed < Duration::from_secs(5);
-            }
-            Err(e) => {
-                detail.push(format!("rank {r}: {e}"));
-                ok = false;
-            }
+    let per_rank = comm_threads(device, 2, |comm| {
+        let r = comm.rank();
+        let stream = comm.create_stream().map_err(err)?;
+        let a = comm.alloc_window::<u64>(n).map_err(err)?;
+        let b = comm.alloc_window::<u64>(n).map_err(err)?;
+        let input: Vec<u64> = (0..n as u64).map(|i| i * 3 + u64::from(r)).collect();
+        a.write(0, &input).map_err(err)?;
+        comm.barrier().map_err(err)?;
+        let sum = || comm.all_reduce(&a, &a, n, DataType::U64, RedOp::Sum, &stream);
+        sum().map_err(err)?;
+        if r == 1 {
+            std::thread::sleep(Duration::from_millis(300));
         }
-    }
-    if ok {
+        let start = Instant::now();
+        drop(b);
+        sum().map_err(err)?;
+        stream.synchronize().map_err(err)?;
+        comm.check_error().map_err(err)?;
+        let elapsed = start.elapsed();
+        let got = a.to_vec().map_err(err)?;
+        let wrong = (0..n).filter(|&i| got[i] != (i as u64 * 6 + 1) * 2).count();
+        Ok((wrong, elapsed))
+    })?;
+    let detail: Vec<String> = per_rank
+        .iter()
+        .enumerate()
+        .map(|(r, (wrong, elapsed))| {
+            format!("rank {r}: #wrong {wrong}, drop + all-reduce {elapsed:?}")
+        })
+        .collect();
+    if per_rank
+        .iter()
+        .all(|(wrong, elapsed)| *wrong == 0 && *elapsed < Duration::from_secs(5))
+    {
         Ok((detail.join("; "), Value::Null))
     } else {
         Err(detail.join("; "))

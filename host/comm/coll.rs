@@ -15,16 +15,27 @@
 //! (call fingerprints) on every rank. Nothing host-side is baked into launches that a CUDA-graph
 //! replay would make stale (barrier epochs live in device memory).
 //!
-//! Streams: each communicator serves collectives on up to [`MAX_STREAMS`] streams, each with its
-//! own barrier indices and staging windows, assigned in order of first use — use them in the same
-//! order on every rank. A collective on one more stream is [`Error::InvalidArgument`].
-//! Host collectives use barrier indices `[0, HOST_BARRIER_END)` ([`LANE_BARRIERS`] per stream);
+//! Streams: each communicator serves collectives on up to [`MAX_STREAMS`] streams at once, on
+//! as many streams as you like over its life. A stream's first collective (or send/recv) binds
+//! it to a *lane* — its own barrier indices and staging windows — collectively: every rank takes
+//! the lowest free lane for it, and the ranks check that they agree (one host round trip), so
+//! use streams in the same order, and drop them at the same points, on every rank; ranks that
+//! disagree all get an error ([`Error::Mismatch`]) and nothing runs. A lane is free again once
+//! every `Stream` value of its stream has dropped and so has every [`Graph`](crate::stream::Graph) that captured
+//! collectives on it (a graph keeps its lane, and its drop waits for its last launch; a capture
+//! begun outside symcomm keeps the lane for good). The next stream on a lane waits, in stream
+//! order, for the lane's last call before its first. A collective on one more stream than
+//! [`MAX_STREAMS`] in use at once is [`Error::InvalidArgument`] (nothing runs, the communicator
+//! goes on): drop one of the streams in use first. Bind a stream once and keep it (wrap a CUDA
+//! stream once, not per call): each new binding is a host round trip among the ranks.
+//!
+//! Host collectives use barrier indices `[0, HOST_BARRIER_END)` ([`LANE_BARRIERS`] per lane);
 //! barrier indices [`USER_BARRIER_FIRST`]`..`[`USER_BARRIER_END`] are never used by them: user
 //! kernels may run on those concurrently. The ranges are defined once, in `abi.h`
 //! ([`crate::abi`]); the constants here are the same values.
 
 use std::marker::PhantomData;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use symcomm_device::abi::{
     CollArgs, P2pArgs, P2pOp, SYMCOMM_DTYPE_NONE, SYMCOMM_HOST_BARRIER_END,
@@ -36,14 +47,16 @@ use symcomm_device::abi::{
 use super::{Communicator, Window, memory::FlatMapping};
 use crate::backend::Backend;
 use crate::backend::cuda::DevicePlain;
-use crate::stream::{Buffer, Kernel, KernelArgs, LaunchConfig, Stream};
+use crate::stream::{Buffer, Kernel, KernelArgs, LaunchConfig, Stream, StreamToken};
 use crate::tune::{self, Algorithm, BackendKind, Collective};
 use crate::{Error, Result};
 
-/// Streams one communicator serves collectives on at once (host policy: each stream's lane takes
-/// its own [`LANE_BARRIERS`] barrier indices from the host's `[0, SYMCOMM_HOST_BARRIER_END)`).
+/// Streams one communicator serves collectives on at once: its lanes (host policy: each lane
+/// takes its own [`LANE_BARRIERS`] barrier indices from the host's
+/// `[0, SYMCOMM_HOST_BARRIER_END)`). A lane serves one stream at a time (see
+/// [the module docs](self)).
 pub const MAX_STREAMS: usize = 2;
-/// Barrier indices of each stream's lane (also the most CTAs of one collective launch):
+/// Barrier indices of each lane (also the most CTAs of one collective launch):
 /// `SYMCOMM_HOST_LANE_BARRIERS`.
 pub const LANE_BARRIERS: u32 = SYMCOMM_HOST_LANE_BARRIERS;
 /// First barrier index of users' kernels; host collectives never use it or any above
@@ -57,7 +70,9 @@ pub const USER_BARRIER_END: u32 = SYMCOMM_USER_BARRIER_END;
 const _: () = assert!(MAX_STREAMS as u32 * LANE_BARRIERS == SYMCOMM_HOST_BARRIER_END);
 const _: () = assert!(SYMCOMM_HOST_BARRIER_END == USER_BARRIER_FIRST);
 const _: () = assert!(USER_BARRIER_FIRST < USER_BARRIER_END);
-/// Default bytes of each staging window (`SYMCOMM_STAGING_BYTES`); a stream's lane has two
+/// What binding a stream to a lane is called in errors.
+const BINDING: &str = "binding a stream to a collective lane";
+/// Default bytes of each staging window (`SYMCOMM_STAGING_BYTES`); a lane has two
 /// (input and output).
 pub const DEFAULT_STAGING_BYTES: u64 = 4 << 20;
 
@@ -305,33 +320,57 @@ impl<T: DevicePlain> Window<'_, T> {
 }
 
 /// Streams in use by the collectives of every communicator of the process, with their users
-/// (communicator group, rank): two ranks of one communicator must not share a stream, since the
-/// kernel queued first would wait for its peer's, queued behind it.
-static STREAM_USERS: Mutex<Vec<(usize, u64, u32)>> = Mutex::new(Vec::new());
+/// (communicator group, rank, the `Stream` value): two ranks of one communicator must not share a
+/// stream, since the kernel queued first would wait for its peer's, queued behind it. Entries of
+/// dropped `Stream` values no longer count (their keys may be reused by new streams).
+static STREAM_USERS: Mutex<Vec<StreamUser>> = Mutex::new(Vec::new());
 
-/// A lane's entry in [`STREAM_USERS`], removed when the lane drops.
+struct StreamUser {
+    stream: usize,
+    group: u64,
+    rank: u32,
+    token: Weak<StreamToken>,
+}
+
+/// A `Stream` value's entry in [`STREAM_USERS`], removed when the claim drops.
 struct StreamClaim {
-    entry: (usize, u64, u32),
+    stream: usize,
+    group: u64,
+    rank: u32,
+    token: Weak<StreamToken>,
 }
 
 impl StreamClaim {
-    fn take(stream: usize, group: u64, rank: u32) -> Result<StreamClaim> {
+    fn take(stream: &Stream, group: u64, rank: u32) -> Result<StreamClaim> {
+        let key = stream.key();
         let mut users = STREAM_USERS
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(&(_, _, other)) = users
+        users.retain(|u| u.token.strong_count() > 0);
+        if let Some(other) = users
             .iter()
-            .find(|&&(s, g, r)| s == stream && g == group && r != rank)
+            .find(|u| u.stream == key && u.group == group && u.rank != rank)
         {
             return Err(Error::InvalidArgument(format!(
-                "rank {rank} passed a stream that rank {other} of the same communicator already \
+                "rank {rank} passed a stream that rank {} of the same communicator already \
                  runs collectives on: a rank's kernel would wait for its peer's, queued behind it \
-                 on the same stream; give every rank its own stream"
+                 on the same stream; give every rank its own stream",
+                other.rank
             )));
         }
-        let entry = (stream, group, rank);
-        users.push(entry);
-        Ok(StreamClaim { entry })
+        let token = Arc::downgrade(stream.token());
+        users.push(StreamUser {
+            stream: key,
+            group,
+            rank,
+            token: Weak::clone(&token),
+        });
+        Ok(StreamClaim {
+            stream: key,
+            group,
+            rank,
+            token,
+        })
     }
 }
 
@@ -340,23 +379,81 @@ impl Drop for StreamClaim {
         let mut users = STREAM_USERS
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(i) = users.iter().position(|&e| e == self.entry) {
+        if let Some(i) = users.iter().position(|u| {
+            (u.stream, u.group, u.rank) == (self.stream, self.group, self.rank)
+                && Weak::ptr_eq(&u.token, &self.token)
+        }) {
             users.swap_remove(i);
         }
     }
 }
 
-/// One stream's barrier indices and staging windows.
+/// One lane: barrier indices and staging windows that serve one stream at a time. The ranks
+/// bind their k-th new stream to the same lane (agreed at binding); a lane is free again once
+/// the `Stream` values it served and the graphs that captured its collectives have dropped.
 pub(super) struct Lane {
-    stream: usize,
-    _claim: StreamClaim,
+    index: u32,
     first_barrier: u32,
     stage_in: FlatMapping,
     stage_out: FlatMapping,
     stage_bytes: u64,
     /// Recorded after the lane's latest call (outside captures): drops of windows and of the
-    /// communicator wait for it, so they never unmap memory a queued call still uses.
+    /// communicator wait for it, so they never unmap memory a queued call still uses, and the
+    /// lane's next stream waits for it before its first call.
     last: Mutex<Option<crate::stream::Event>>,
+    binding: Mutex<Binding>,
+}
+
+/// Whom a lane serves.
+#[derive(Default)]
+struct Binding {
+    /// The stream's [`Stream::key`].
+    key: usize,
+    /// The `Stream` values of that stream that issued collectives (several when they wrap one
+    /// CUDA stream), each with its claim.
+    streams: Vec<StreamClaim>,
+    /// Kept alive by the graphs that captured the lane's collectives ([`Stream::keep_for_graph`]).
+    graphs: Weak<GraphHold>,
+    /// Captured into a graph symcomm cannot reach (a CUDA capture begun elsewhere): the lane is
+    /// never freed.
+    pinned: bool,
+}
+
+/// What a graph keeps of a lane it captured collectives on.
+struct GraphHold;
+
+impl Binding {
+    fn streams_alive(&self) -> bool {
+        self.streams.iter().any(|c| c.token.strong_count() > 0)
+    }
+
+    /// Whether the lane serves `stream`: a `Stream` value that used it, or another value of the
+    /// same stream while one of those lives (which then joins).
+    fn serves(&mut self, stream: &Stream, group: u64, rank: u32) -> Result<bool> {
+        self.streams.retain(|c| c.token.strong_count() > 0);
+        let token = Arc::downgrade(stream.token());
+        if self.streams.iter().any(|c| Weak::ptr_eq(&c.token, &token)) {
+            return Ok(true);
+        }
+        if self.streams.is_empty() || self.key != stream.key() {
+            return Ok(false);
+        }
+        self.streams.push(StreamClaim::take(stream, group, rank)?);
+        Ok(true)
+    }
+
+    /// Why the lane cannot take a new stream, or `None` when it can.
+    fn in_use(&self) -> Option<&'static str> {
+        if self.streams_alive() {
+            Some("a stream that is alive")
+        } else if self.pinned {
+            Some("a graph captured outside symcomm (kept for good)")
+        } else if self.graphs.strong_count() > 0 {
+            Some("a graph that captured collectives on it")
+        } else {
+            None
+        }
+    }
 }
 
 /// A built-in kernel, loaded, with its launch shape on this communicator.
@@ -374,12 +471,34 @@ impl Lane {
     fn stage_handle(&self, m: &FlatMapping, rank: u32) -> WindowHandleRaw {
         m.handle(rank, self.stage_bytes, 1, SYMCOMM_DTYPE_NONE)
     }
+
+    fn binding(&self) -> std::sync::MutexGuard<'_, Binding> {
+        self.binding
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Called for a call recorded by a capture on `stream`: the capture's graph keeps the lane
+    /// in use while it exists and until its last launch finished; a capture symcomm does not own
+    /// pins the lane for good.
+    fn keep_for_graph(&self, stream: &Stream) {
+        let mut b = self.binding();
+        let hold = b.graphs.upgrade().unwrap_or_else(|| {
+            let h = Arc::new(GraphHold);
+            b.graphs = Arc::downgrade(&h);
+            h
+        });
+        if !stream.keep_for_graph(hold) {
+            b.pinned = true;
+        }
+    }
 }
 
 /// Per-communicator state of the host collectives.
 #[derive(Default)]
 pub(super) struct CollState {
-    lanes: Mutex<Vec<std::sync::Arc<Lane>>>,
+    /// Lane `i` has barrier indices `[i * LANE_BARRIERS, (i + 1) * LANE_BARRIERS)`.
+    lanes: Mutex<Vec<Arc<Lane>>>,
     kernels: [OnceLock<Builtin>; 12],
     p2p_kernel: OnceLock<Builtin>,
     algo: OnceLock<Option<Algorithm>>,
@@ -413,8 +532,10 @@ impl Communicator {
     /// # Errors
     /// See [the collectives](crate::comm::coll): [`Error::InvalidArgument`] (counts, sizes,
     /// alignment, aliasing, foreign windows, windows of another element type — a `Window<f32>`
-    /// is not an `I32` buffer, see [`DevicePlain::DTYPE`] — a third stream; nothing launched), the
-    /// communicator's sticky error ([`Error::PeerLost`], device errors), backend errors.
+    /// is not an `I32` buffer, see [`DevicePlain::DTYPE`] — a stream while [`MAX_STREAMS`] others
+    /// are in use; nothing launched); on a stream's first call, [`Error::Mismatch`] /
+    /// [`Error::PeerFailed`] when the ranks cannot bind it to the same lane; the communicator's
+    /// sticky error ([`Error::PeerLost`], device errors), backend errors.
     #[allow(clippy::too_many_arguments)]
     pub fn all_reduce<'a>(
         &self,
@@ -686,64 +807,152 @@ impl Communicator {
         Ok(())
     }
 
-    /// The lane of `stream`, created (collectively: staging windows) on first use.
-    fn lane(&self, stream: &Stream) -> Result<std::sync::Arc<Lane>> {
-        let key = stream.key();
+    /// The lane of `stream`. A stream's first call binds it to a lane, collectively: every rank
+    /// proposes the lowest free lane (one that serves no live stream and no graph) or a new one,
+    /// and all fail unless they all propose the same, so that the ranks' k-th new streams share
+    /// barrier epochs and peers. A reused lane's new stream first waits, in stream order, for the
+    /// lane's last call; a new lane allocates its staging windows (collective).
+    fn lane(&self, stream: &Stream) -> Result<Arc<Lane>> {
         let mut lanes = self
             .coll
             .lanes
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(l) = lanes.iter().find(|l| l.stream == key) {
-            return Ok(std::sync::Arc::clone(l));
+        for lane in lanes.iter() {
+            if lane.binding().serves(stream, self.group, self.rank)? {
+                return Ok(Arc::clone(lane));
+            }
         }
-        if lanes.len() >= MAX_STREAMS {
-            return Err(Error::InvalidArgument(format!(
-                "this communicator already runs collectives on {MAX_STREAMS} streams (each has \
-                 its own barrier indices); issue them on one of those, or use another communicator"
-            )));
+        // The checks are local: a refused rank joins the agreement with its error, so that its
+        // peers fail too (PeerFailed) instead of waiting for it.
+        let pick = self.pick_lane(stream, &lanes);
+        // `[1][lane u32][new u8]`, or the error.
+        let mut proposal = super::encode_status(&pick);
+        if let Ok((index, _, stage_bytes)) = &pick {
+            proposal.extend_from_slice(&index.to_be_bytes());
+            proposal.push(u8::from(stage_bytes.is_some()));
         }
+        let all = self
+            .control
+            .all_gather(super::TAG_LANE, BINDING, &proposal)?;
+        let (index, claim, stage_bytes) = pick?;
+        let theirs = |p: &[u8]| match *p {
+            [1, a, b, c, d, new] => Some((u32::from_be_bytes([a, b, c, d]), new == 1)),
+            _ => None,
+        };
+        if let Some((r, p)) = all.iter().enumerate().find(|(_, p)| theirs(p).is_none()) {
+            return Err(Error::PeerFailed {
+                rank: r as u32,
+                what: BINDING.to_owned(),
+                message: String::from_utf8_lossy(p.get(1..).unwrap_or_default()).into_owned(),
+            });
+        }
+        let lane_name =
+            |(i, new): (u32, bool)| format!("{} lane {i}", if new { "new" } else { "free" });
+        let mine = (index, stage_bytes.is_some());
+        if let Some((r, other)) = all
+            .iter()
+            .filter_map(|p| theirs(p))
+            .enumerate()
+            .find(|&(_, l)| l != mine)
+        {
+            return Err(Error::Mismatch {
+                rank: self.rank,
+                peer: r as u32,
+                what: format!(
+                    "rank {} binds a new stream to collective {}, rank {r} to {}: the ranks \
+                     have different streams in use; use streams in the same order, and drop \
+                     them at the same points, on every rank",
+                    self.rank,
+                    lane_name(mine),
+                    lane_name(other)
+                ),
+            });
+        }
+        let lane = match stage_bytes {
+            None => Arc::clone(&lanes[index as usize]),
+            Some(stage_bytes) => {
+                let stage_in = self.alloc_flat(Ok(stage_bytes), 1, "staging input")?;
+                let stage_out = self.alloc_flat(Ok(stage_bytes), 1, "staging output")?;
+                let lane = Arc::new(Lane {
+                    index,
+                    first_barrier: LANE_BARRIERS * index,
+                    stage_in,
+                    stage_out,
+                    stage_bytes,
+                    last: Mutex::new(None),
+                    binding: Mutex::new(Binding::default()),
+                });
+                lanes.push(Arc::clone(&lane));
+                lane
+            }
+        };
+        *lane.binding() = Binding {
+            key: stream.key(),
+            streams: vec![claim],
+            graphs: Weak::new(),
+            pinned: false,
+        };
+        tracing::debug!(target: "symcomm::coll", "rank {}: a stream takes collective lane {}", self.rank, lane.index);
+        Ok(lane)
+    }
+
+    /// This rank's choice of lane for a stream that has none: (lane index, the stream's claim,
+    /// staging bytes when the lane is new). For a reused lane, `stream` already waits for its
+    /// last call (harmless if the ranks then disagree).
+    fn pick_lane(
+        &self,
+        stream: &Stream,
+        lanes: &[Arc<Lane>],
+    ) -> Result<(u32, StreamClaim, Option<u64>)> {
         if stream.is_capturing() {
             return Err(Error::InvalidArgument(
-                "the first collective on a stream sets up its staging windows (a collective \
-                 allocation that a graph cannot capture): issue one collective on this stream \
-                 before capturing"
+                "the first collective on a stream binds it to a lane (the ranks agree on it; a \
+                 new lane's staging windows are a collective allocation), which a graph cannot \
+                 capture: issue one collective on this stream before capturing"
                     .into(),
             ));
         }
-        let claim = if matches!(stream.cuda_raw(), Some(0 | 1)) && self.gpu_ranks > 1 {
-            Err(Error::InvalidArgument(format!(
+        if matches!(stream.cuda_raw(), Some(0 | 1)) && self.gpu_ranks > 1 {
+            return Err(Error::InvalidArgument(format!(
                 "the legacy default stream: {} ranks share this GPU, and their kernels on one \
                  stream would run one after the other while they wait for each other; create \
                  a stream per rank (comm.create_stream())",
                 self.gpu_ranks
-            )))
-        } else {
-            StreamClaim::take(key, self.group, self.rank)
+            )));
+        }
+        let free = lanes.iter().find(|l| l.binding().in_use().is_none());
+        let (index, stage_bytes) = match free {
+            Some(lane) => {
+                let last = lane
+                    .last
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if let Some(ev) = last.as_ref() {
+                    stream.wait_event(ev)?;
+                }
+                (lane.index, None)
+            }
+            None if lanes.len() < MAX_STREAMS => (lanes.len() as u32, Some(self.staging_bytes()?)),
+            None => {
+                let uses: Vec<String> = lanes
+                    .iter()
+                    .filter_map(|l| Some(format!("lane {}: {}", l.index, l.binding().in_use()?)))
+                    .collect();
+                return Err(Error::InvalidArgument(format!(
+                    "this communicator runs collectives on at most {MAX_STREAMS} streams at \
+                     once, and its lanes are in use ({}): issue the call on one of those \
+                     streams, or drop one of them (with the graphs that captured collectives on \
+                     it) first, on every rank; its lane then serves the next new stream",
+                    uses.join("; ")
+                )));
+            }
         };
-        let stage_bytes = self.staging_bytes()?;
-        // The stream checks are local: a refused rank joins the allocation's agreement with its
-        // error, so that its peers fail too (PeerFailed) instead of waiting for it.
-        let (request, claim) = match claim {
-            Ok(c) => (Ok(stage_bytes), Some(c)),
-            Err(e) => (Err(e), None),
-        };
-        let stage_in = self.alloc_flat(request, 1, "staging input")?;
-        let Some(claim) = claim else {
-            return Err(Error::InvalidArgument("stream refused".into()));
-        };
-        let stage_out = self.alloc_flat(Ok(stage_bytes), 1, "staging output")?;
-        let lane = std::sync::Arc::new(Lane {
-            stream: key,
-            _claim: claim,
-            first_barrier: LANE_BARRIERS * lanes.len() as u32,
-            stage_in,
-            stage_out,
+        Ok((
+            index,
+            StreamClaim::take(stream, self.group, self.rank)?,
             stage_bytes,
-            last: Mutex::new(None),
-        });
-        lanes.push(std::sync::Arc::clone(&lane));
-        Ok(lane)
+        ))
     }
 
     fn staging_bytes(&self) -> Result<u64> {
@@ -834,6 +1043,7 @@ impl Communicator {
     /// Remembers the lane's latest work (see [`Lane::last`]).
     fn track(&self, lane: &Lane, stream: &Stream) {
         if stream.is_capturing() {
+            lane.keep_for_graph(stream);
             return;
         }
         if let Ok(ev) = stream.record_event() {
@@ -1269,8 +1479,8 @@ impl Communicator {
     /// ```
     ///
     /// # Errors
-    /// As [`P2pGroup::send`], and [`Error::InvalidArgument`] for a stream of another backend
-    /// or one stream too many.
+    /// As [`P2pGroup::send`], and [`Error::InvalidArgument`] for a stream of another backend;
+    /// the stream errors of [`Self::all_reduce`].
     pub fn group<'a>(
         &self,
         stream: &Stream,

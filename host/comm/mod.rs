@@ -74,6 +74,7 @@ const TAG_LINKS_DONE: u32 = 0x102;
 const TAG_ALLOC: u32 = 0x200;
 const TAG_SEGMENT: u32 = 0x201;
 const TAG_MAPPED: u32 = 0x202;
+const TAG_LANE: u32 = 0x203;
 const TAG_BARRIER: u32 = 0x300;
 
 /// Where a communicator's kernels run.
