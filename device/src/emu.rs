@@ -89,21 +89,26 @@ fn message(err: &[c_char]) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
+/// Calls a runtime function that reports failure as a non-zero return and a NUL-terminated
+/// message in the buffer it is given (`call(buffer, its length)`); the message on failure.
+fn checked(call: impl FnOnce(*mut c_char, usize) -> c_int) -> Result<(), String> {
+    let mut err = [0 as c_char; 512];
+    if call(err.as_mut_ptr(), err.len()) == 0 {
+        Ok(())
+    } else {
+        Err(message(&err))
+    }
+}
+
 /// Sets the residency of emulated GPU `gpu`: `sms` SMs with room for `ctas_per_sm` CTAs each.
 ///
 /// # Errors
 /// [`Error::EmuConfig`] while CTAs are resident on or queued for that GPU, for `gpu >=`
 /// [`MAX_GPUS`], `sms` outside `1..=`[`MAX_SMS`] or `ctas_per_sm` outside `1..=64`.
 pub fn configure_gpu(gpu: u32, sms: u32, ctas_per_sm: u32) -> Result<(), Error> {
-    let mut err = [0 as c_char; 256];
-    // SAFETY: `err` is writable for its length; the call reads nothing else.
-    let rc =
-        unsafe { symcomm_emu_gpu_configure(gpu, sms, ctas_per_sm, err.as_mut_ptr(), err.len()) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(Error::EmuConfig(message(&err)))
-    }
+    // SAFETY: the buffer is writable for the length given; the call reads nothing else.
+    checked(|err, len| unsafe { symcomm_emu_gpu_configure(gpu, sms, ctas_per_sm, err, len) })
+        .map_err(Error::EmuConfig)
 }
 
 /// The residency of emulated GPU `gpu` (its configuration, from `SYMCOMM_EMU_SMS` /
@@ -112,28 +117,24 @@ pub fn configure_gpu(gpu: u32, sms: u32, ctas_per_sm: u32) -> Result<(), Error> 
 /// # Errors
 /// [`Error::EmuConfig`] for `gpu >=` [`MAX_GPUS`] or a malformed environment variable.
 pub fn query_gpu(gpu: u32) -> Result<GpuResidency, Error> {
-    let mut err = [0 as c_char; 256];
     let (mut sms, mut ctas_per_sm, mut resident) = (0u32, 0u32, 0u32);
-    // SAFETY: every pointer is to a live local, `err` writable for its length.
-    let rc = unsafe {
+    // SAFETY: every pointer is to a live local, the buffer writable for the length given.
+    checked(|err, len| unsafe {
         symcomm_emu_gpu_query(
             gpu,
             &raw mut sms,
             &raw mut ctas_per_sm,
             &raw mut resident,
-            err.as_mut_ptr(),
-            err.len(),
+            err,
+            len,
         )
-    };
-    if rc == 0 {
-        Ok(GpuResidency {
-            sms,
-            ctas_per_sm,
-            resident,
-        })
-    } else {
-        Err(Error::EmuConfig(message(&err)))
-    }
+    })
+    .map_err(Error::EmuConfig)?;
+    Ok(GpuResidency {
+        sms,
+        ctas_per_sm,
+        resident,
+    })
 }
 
 /// Runs kernel `name` (`entry`) on emulated GPU 0 with `shared_bytes` of dynamic shared memory
@@ -194,12 +195,11 @@ pub unsafe fn launch_on(
         message,
     };
     let c_name = CString::new(name).map_err(|_| refused("kernel name contains NUL".into()))?;
-    let mut err = [0 as c_char; 512];
-    // SAFETY: `c_name` is NUL-terminated, grid/block point at 3 u32 each, `err` is writable for
-    // its length, and the caller guarantees that `args` matches the kernel's parameters and that
-    // the memory it reaches is valid for the launch, which returns only after every emulated
-    // thread has finished.
-    let rc = unsafe {
+    // SAFETY: `c_name` is NUL-terminated, grid/block point at 3 u32 each, the buffer is writable
+    // for the length given, and the caller guarantees that `args` matches the kernel's
+    // parameters and that the memory it reaches is valid for the launch, which returns only after
+    // every emulated thread has finished.
+    checked(|err, len| unsafe {
         symcomm_emu_launch_on(
             gpu,
             occupancy,
@@ -209,14 +209,11 @@ pub unsafe fn launch_on(
             block.as_ptr(),
             shared_bytes,
             args.as_mut_ptr(),
-            err.as_mut_ptr(),
-            err.len(),
+            err,
+            len,
         )
-    };
-    if rc == 0 {
-        return Ok(());
-    }
-    Err(refused(message(&err)))
+    })
+    .map_err(refused)
 }
 
 #[cfg(test)]
