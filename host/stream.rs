@@ -33,6 +33,7 @@
 //! across replays without host help.
 
 use std::alloc::Layout;
+use std::any::Any;
 use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::fmt;
@@ -679,12 +680,29 @@ struct Capture {
     items: Vec<HostFn>,
     /// CUDA: the modules of the recorded launches, which the graph keeps loaded.
     modules: Vec<Arc<CudaModule>>,
+    /// What the recorded work uses and the graph keeps alive (see [`Retained`]).
+    retained: Vec<Retained>,
 }
+
+/// Something recorded work uses (a communicator, a window's mapping, a buffer's memory) that a
+/// [`Graph`] keeps alive for as long as it can be launched, and past its last launch.
+pub(crate) type Retained = Arc<dyn Any + Send + Sync>;
+
+/// What a piece of work uses, produced only when the work is recorded into a capture.
+pub(crate) type RetainFn<'k> = &'k dyn Fn() -> Vec<Retained>;
 
 impl Capture {
     fn keep(&mut self, module: &Arc<CudaModule>) {
         if !self.modules.iter().any(|m| Arc::ptr_eq(m, module)) {
             self.modules.push(Arc::clone(module));
+        }
+    }
+
+    fn retain(&mut self, what: impl IntoIterator<Item = Retained>) {
+        for r in what {
+            if !self.retained.iter().any(|k| Arc::ptr_eq(k, &r)) {
+                self.retained.push(r);
+            }
         }
     }
 }
@@ -818,12 +836,13 @@ impl Stream {
 
     /// Emulator: queues `item`, or records it while the stream is capturing. Either way a
     /// failed stream refuses it with its sticky error.
-    fn submit(&self, emu: &EmuStream, item: HostFn) -> Result<()> {
+    fn submit(&self, emu: &EmuStream, item: HostFn, retain: RetainFn<'_>) -> Result<()> {
         let mut capture = self.capture();
         match capture.as_mut() {
             Some(c) => {
                 emu.queue.sticky()?;
                 c.items.push(item);
+                c.retain(retain());
                 Ok(())
             }
             None => emu.queue.push(item),
@@ -857,6 +876,23 @@ impl Stream {
         config: LaunchConfig,
         args: &KernelArgs,
     ) -> Result<()> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.launch_retaining(kernel, config, args, &Vec::new) }
+    }
+
+    /// [`Self::launch`], and when the launch is recorded into a capture, the graph keeps what
+    /// `retain` returns alive (the host collectives' communicator, windows and buffers), so that
+    /// safe code cannot free memory a replay uses.
+    ///
+    /// # Safety
+    /// As [`Self::launch`], except for what `retain` keeps alive.
+    pub(crate) unsafe fn launch_retaining(
+        &self,
+        kernel: &Kernel,
+        config: LaunchConfig,
+        args: &KernelArgs,
+        retain: RetainFn<'_>,
+    ) -> Result<()> {
         let LaunchConfig {
             grid,
             block,
@@ -885,6 +921,7 @@ impl Stream {
                 unsafe { stream.launch(&func, grid, block, shared_bytes, co_resident, &mut ptrs) }?;
                 if let Some(c) = capture.as_mut() {
                     c.keep(module);
+                    c.retain(retain());
                 }
                 Ok(())
             }
@@ -915,7 +952,7 @@ impl Stream {
                     }?;
                     Ok(())
                 });
-                self.submit(emu, item)
+                self.submit(emu, item, retain)
             }
             (StreamInner::Cuda(_), KernelCode::Emu(_)) => Err(Error::InvalidArgument(format!(
                 "kernel {} was loaded for the emulator, the stream is a CUDA stream",
@@ -944,6 +981,22 @@ impl Stream {
     /// (while capturing: until the last launch of the resulting [`Graph`] has finished); no
     /// other work writes either range, or reads the destination, while the copy runs.
     pub unsafe fn copy_raw(&self, dst: u64, src: u64, bytes: u64) -> Result<()> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.copy_raw_retaining(dst, src, bytes, &Vec::new) }
+    }
+
+    /// [`Self::copy_raw`], keeping what `retain` returns alive in a graph that records the copy
+    /// (see [`Self::launch_retaining`]).
+    ///
+    /// # Safety
+    /// As [`Self::copy_raw`], except for what `retain` keeps alive.
+    pub(crate) unsafe fn copy_raw_retaining(
+        &self,
+        dst: u64,
+        src: u64,
+        bytes: u64,
+        retain: RetainFn<'_>,
+    ) -> Result<()> {
         if bytes == 0 {
             return Ok(());
         }
@@ -956,9 +1009,17 @@ impl Stream {
             )));
         }
         match &self.inner {
-            // SAFETY: forwarded from this function's contract; the ranges do not overlap
-            // (checked above).
-            StreamInner::Cuda(s) => unsafe { s.copy_raw(dst, src, n) },
+            StreamInner::Cuda(s) => {
+                // Held across the copy, as for launches: a capture cannot end in between.
+                let mut capture = self.capture();
+                // SAFETY: forwarded from this function's contract; the ranges do not overlap
+                // (checked above).
+                unsafe { s.copy_raw(dst, src, n) }?;
+                if let Some(c) = capture.as_mut() {
+                    c.retain(retain());
+                }
+                Ok(())
+            }
             StreamInner::Emu(emu) => self.submit(
                 emu,
                 Arc::new(move || {
@@ -975,6 +1036,7 @@ impl Stream {
                     }
                     Ok(())
                 }),
+                retain,
             ),
         }
     }
@@ -1012,6 +1074,7 @@ impl Stream {
                     }
                     Ok(())
                 }),
+                &Vec::new,
             ),
         }
     }
@@ -1032,7 +1095,7 @@ impl Stream {
         F: Fn() -> Result<()> + Send + Sync + 'static,
     {
         match &self.inner {
-            StreamInner::Emu(emu) => self.submit(emu, Arc::new(f)),
+            StreamInner::Emu(emu) => self.submit(emu, Arc::new(f), &Vec::new),
             StreamInner::Cuda(_) => Err(Error::InvalidArgument(
                 "host functions can only be enqueued on emulator streams".to_owned(),
             )),
@@ -1163,6 +1226,7 @@ impl Stream {
             thread: std::thread::current().id(),
             items: Vec::new(),
             modules: Vec::new(),
+            retained: Vec::new(),
         });
         Ok(())
     }
@@ -1199,13 +1263,17 @@ impl Stream {
             StreamInner::Cuda(s) => GraphInner::Cuda {
                 exec: s.end_capture()?,
                 modules: recorded.modules,
+                last: Mutex::new(None),
             },
             StreamInner::Emu(_) => GraphInner::Emu {
                 items: recorded.items,
                 last: Mutex::new(None),
             },
         };
-        Ok(Graph { inner })
+        Ok(Graph {
+            inner,
+            retained: recorded.retained,
+        })
     }
 
     /// Whether the stream is capturing: between [`Self::begin_capture`] and
@@ -1250,9 +1318,23 @@ fn raw_range(what: &str, addr: u64, bytes: u64) -> Result<usize> {
 ///   alive, so the graph may drop at any time. A recorded item that fails fails the stream it
 ///   runs on (its sticky error), as queued work does.
 ///
+/// **What recorded collectives use stays alive.** A graph that captured host collectives or
+/// send/recv ([`Communicator`](crate::Communicator)'s) holds what they use: the communicator
+/// (its signal area, control block and staging windows), the windows' mappings and the
+/// [`Buffer`]s' memory. So a [`Window`](crate::Window) or [`Buffer`] dropped while such a graph
+/// exists stays mapped (allocated) until the graph drops, and every launch of the graph finds
+/// it. Dropping such a graph waits for its last launch first (bounded: symcomm's kernels wait
+/// at most the device timeout), then releases what it holds, which the last holder frees. A
+/// graph launched into another capture passes what it holds on to the outer graph. Work
+/// recorded by captures symcomm did not begin (another library's `cuStreamBeginCapture` on a
+/// wrapped stream, see [`Stream::from_cuda_raw`]) is outside this: its owner keeps the memory
+/// alive.
+///
 /// `Send + Sync`: it may be launched from any thread.
 pub struct Graph {
     inner: GraphInner,
+    /// What the recorded work uses (see the type's docs); after `inner` in drop order.
+    retained: Vec<Retained>,
 }
 
 enum GraphInner {
@@ -1260,6 +1342,9 @@ enum GraphInner {
         /// Declared first: destroyed before the modules its kernel nodes use are unloaded.
         exec: cuda::Graph,
         modules: Vec<Arc<CudaModule>>,
+        /// Recorded after the latest launch while the graph retains something: its drop waits
+        /// for it (launches of one executable graph run one after the other).
+        last: Mutex<Option<cuda::Event>>,
     },
     Emu {
         items: Vec<HostFn>,
@@ -1291,12 +1376,31 @@ impl Graph {
     /// another GPU); [`Error::Cuda`]; the sticky error of a failed emulator stream.
     pub fn launch(&self, stream: &Stream) -> Result<()> {
         match (&self.inner, &stream.inner) {
-            (GraphInner::Cuda { exec, modules }, StreamInner::Cuda(s)) => {
+            (
+                GraphInner::Cuda {
+                    exec,
+                    modules,
+                    last,
+                },
+                StreamInner::Cuda(s),
+            ) => {
                 let mut capture = stream.capture();
+                // Held across the launch and its event, so that `last` follows the launch order.
+                let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
                 s.launch_graph(exec)?;
                 if let Some(c) = capture.as_mut() {
                     for m in modules {
                         c.keep(m);
+                    }
+                    c.retain(self.retained.iter().cloned());
+                } else if !self.retained.is_empty() && !s.is_capturing() {
+                    match s.record_event() {
+                        Ok(ev) => *last = Some(ev),
+                        Err(e) => {
+                            // Without an event the drop could not wait for this launch: wait now.
+                            tracing::warn!(target: "symcomm::stream", error = %e, "no event after a graph launch; synchronizing");
+                            let _ = s.synchronize();
+                        }
                     }
                 }
                 Ok(())
@@ -1306,6 +1410,7 @@ impl Graph {
                 if let Some(c) = capture.as_mut() {
                     emu.queue.sticky()?;
                     c.items.extend(items.iter().cloned());
+                    c.retain(self.retained.iter().cloned());
                     return Ok(());
                 }
                 let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
@@ -1346,6 +1451,33 @@ impl Graph {
     }
 }
 
+impl Drop for Graph {
+    fn drop(&mut self) {
+        if self.retained.is_empty() {
+            return;
+        }
+        // What the graph retains outlives its last launch (launches of one graph never overlap,
+        // so the last one finishing means all did); bounded like every symcomm kernel.
+        let waited = match &mut self.inner {
+            GraphInner::Cuda { last, .. } => last
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take()
+                .map(|ev| ev.synchronize()),
+            GraphInner::Emu { last, .. } => last
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take()
+                .map(|(queue, ticket)| queue.wait_for(ticket)),
+        };
+        if let Some(Err(e)) = waited {
+            // A failed launch: nothing of it runs any more (CUDA's context error; the emulator
+            // skipped the rest).
+            tracing::debug!(target: "symcomm::stream", error = %e, "a dropped graph's last launch failed");
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Buffers
 // ---------------------------------------------------------------------------------------------
@@ -1364,15 +1496,18 @@ const BUFFER_ALIGN: usize = 256;
 ///
 /// Lifetime: dropping a buffer waits for the last host collective or send/recv that used it (an
 /// event each such call records), so `comm.all_reduce(&buf, &buf, ..)` followed by `drop(buf)`
-/// is sound. Kernels launched by the caller ([`Stream::launch`], `unsafe`) and graph replays are
-/// not tracked: their contract is that the memory outlives them. On CUDA the memory comes from
+/// is sound. A [`Graph`] that captured such calls keeps the memory allocated until it drops
+/// (after its last launch), so replays after the buffer dropped are sound too. Kernels launched
+/// by the caller ([`Stream::launch`], `unsafe`) are not tracked: their contract is that the
+/// memory outlives them. On CUDA the memory comes from
 /// the stream-ordered allocator and is freed in stream order (`cuMemFreeAsync`), so a drop never
 /// synchronizes the whole context — which, with ranks sharing a GPU, would wait for another
 /// rank's kernel that waits for this rank.
 ///
 /// `Send + Sync`.
 pub struct Buffer {
-    inner: BufferInner,
+    /// Shared with graphs that captured collectives on the buffer (see [`Self::retained`]).
+    inner: Arc<BufferInner>,
     /// Recorded after the latest host collective or send/recv that used the buffer.
     last_use: Mutex<Option<Event>>,
 }
@@ -1466,7 +1601,7 @@ impl Buffer {
             Backend::Emu => BufferInner::Emu(HostMemory::new(bytes)?),
         };
         Ok(Buffer {
-            inner,
+            inner: Arc::new(inner),
             last_use: Mutex::new(None),
         })
     }
@@ -1485,10 +1620,15 @@ impl Buffer {
         }
     }
 
+    /// The memory, for a graph that records work on it to keep alive.
+    pub(crate) fn retained(&self) -> Retained {
+        Arc::clone(&self.inner) as Retained
+    }
+
     /// The device address of the first byte (on the emulator a host address), for kernel
     /// arguments and raw copies. Valid while `self` lives.
     pub fn addr(&self) -> u64 {
-        match &self.inner {
+        match &*self.inner {
             BufferInner::Cuda(b) => b.device_ptr(),
             // Exposed: emulated kernels and raw copies turn the integer back into a pointer.
             BufferInner::Emu(m) => m.ptr.as_ptr().expose_provenance() as u64,
@@ -1497,7 +1637,7 @@ impl Buffer {
 
     /// Size in bytes.
     pub fn len(&self) -> usize {
-        match &self.inner {
+        match &*self.inner {
             BufferInner::Cuda(b) => b.len(),
             BufferInner::Emu(m) => m.layout.size(),
         }
@@ -1510,12 +1650,12 @@ impl Buffer {
 
     /// Whether this is emulator (host) memory.
     pub fn is_emu(&self) -> bool {
-        matches!(self.inner, BufferInner::Emu(_))
+        matches!(*self.inner, BufferInner::Emu(_))
     }
 
     /// The CUDA allocation underneath; `None` on the emulator.
     pub fn as_cuda(&self) -> Option<&DeviceBuffer> {
-        match &self.inner {
+        match &*self.inner {
             BufferInner::Cuda(b) => Some(b),
             BufferInner::Emu(_) => None,
         }
@@ -1544,7 +1684,7 @@ impl Buffer {
     /// [`Error::InvalidArgument`] when the range exceeds the buffer; [`Error::Cuda`].
     pub fn write<T: DevicePlain>(&self, offset_elems: usize, data: &[T]) -> Result<()> {
         let (offset, len) = self.byte_range::<T>(offset_elems, data.len())?;
-        match &self.inner {
+        match &*self.inner {
             BufferInner::Cuda(b) => b.write(offset, data),
             BufferInner::Emu(m) => {
                 // SAFETY: `offset + len` is within the allocation (checked); the source is `len`
@@ -1570,7 +1710,7 @@ impl Buffer {
     /// [`Error::InvalidArgument`] when the range exceeds the buffer; [`Error::Cuda`].
     pub fn read<T: DevicePlain>(&self, offset_elems: usize, out: &mut [T]) -> Result<()> {
         let (offset, len) = self.byte_range::<T>(offset_elems, out.len())?;
-        match &self.inner {
+        match &*self.inner {
             BufferInner::Cuda(b) => b.read(offset, out),
             BufferInner::Emu(m) => {
                 // SAFETY: `offset + len` is within the allocation (checked) and initialized
