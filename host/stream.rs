@@ -775,6 +775,10 @@ impl Stream {
     /// # Safety
     /// `handle` is 0 or a live `CUstream` created in `device`'s primary context, and its owner
     /// keeps it alive while the returned stream, or an [`Event`] recorded on it, is in use.
+    /// Work that symcomm enqueues while another library captures the stream
+    /// (`cuStreamBeginCapture` outside [`Self::begin_capture`]) goes into that library's graph,
+    /// which symcomm does not see: its owner keeps the windows, buffers and communicator the
+    /// recorded calls use alive until that graph's last launch finished.
     pub unsafe fn from_cuda_raw(device: &CudaDevice, handle: u64) -> Stream {
         // SAFETY: forwarded from this function's contract.
         let stream = unsafe { device.wrap_stream(handle) };
@@ -1367,9 +1371,10 @@ impl fmt::Debug for Graph {
 
 impl Graph {
     /// Enqueues one run of the recorded work on `stream` and returns without waiting; on a
-    /// capturing stream the run is recorded (on CUDA as a child graph). What the recorded work
-    /// touches must still be valid (the contracts of [`Stream::launch`] and
-    /// [`Stream::copy_raw`] extend to every launch of the graph).
+    /// capturing stream the run is recorded (on CUDA as a child graph). What recorded host
+    /// collectives and send/recv use, the graph keeps alive (see the type's docs); for work
+    /// recorded through the `unsafe` [`Stream::launch`] and [`Stream::copy_raw`], their
+    /// contracts extend to every launch of the graph.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `stream` belongs to the other backend (or, on CUDA,

@@ -328,3 +328,13 @@ fn graphs_keep_the_communicator_after_its_handle_drops() {
         );
     });
 }
+
+#[test]
+fn shared_handles_are_send_and_sync() {
+    fn check<T: Send + Sync + 'static>() {}
+    check::<Arc<Communicator>>();
+    check::<Window<f32>>();
+    check::<Graph>();
+    check::<Buffer>();
+    check::<Model>();
+}

@@ -31,7 +31,8 @@
 //! stops sending heartbeats for `SYMCOMM_PEER_TIMEOUT`, every other rank raises its abort flag:
 //! kernels waiting in symcomm primitives return, and [`Communicator::check_error`] and every
 //! later call report [`Error::PeerLost`]. [`Communicator::abort`] does the same on purpose, from
-//! any thread. After a fault, destroy the communicator (drop it).
+//! any thread. After a fault, destroy the communicator (drop it, its windows and the graphs that
+//! captured its collectives: it goes with its last holder).
 
 pub mod coll;
 mod control;
