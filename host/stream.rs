@@ -33,6 +33,7 @@
 //! across replays without host help.
 
 use std::alloc::Layout;
+use std::any::Any;
 use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::fmt;
@@ -715,17 +716,29 @@ struct Capture {
     items: Vec<HostFn>,
     /// CUDA: the modules of the recorded launches, which the graph keeps loaded.
     modules: Vec<Arc<CudaModule>>,
-    /// What the recorded work needs to exist while the graph does ([`Stream::keep_for_graph`]).
-    kept: Vec<Kept>,
+    /// What the recorded work uses and the graph keeps alive (see [`Retained`]).
+    retained: Vec<Retained>,
 }
 
-/// Something a [`Graph`] keeps alive for its recorded work.
-type Kept = Arc<dyn std::any::Any + Send + Sync>;
+/// Something recorded work uses (a communicator, a window's mapping, a buffer's memory) that a
+/// [`Graph`] keeps alive for as long as it can be launched, and past its last launch.
+pub(crate) type Retained = Arc<dyn Any + Send + Sync>;
+
+/// What a piece of work uses, produced only when the work is recorded into a capture.
+pub(crate) type RetainFn<'k> = &'k dyn Fn() -> Vec<Retained>;
 
 impl Capture {
     fn keep(&mut self, module: &Arc<CudaModule>) {
         if !self.modules.iter().any(|m| Arc::ptr_eq(m, module)) {
             self.modules.push(Arc::clone(module));
+        }
+    }
+
+    fn retain(&mut self, what: impl IntoIterator<Item = Retained>) {
+        for r in what {
+            if !self.retained.iter().any(|k| Arc::ptr_eq(k, &r)) {
+                self.retained.push(r);
+            }
         }
     }
 }
@@ -808,6 +821,10 @@ impl Stream {
     /// # Safety
     /// `handle` is 0 or a live `CUstream` created in `device`'s primary context, and its owner
     /// keeps it alive while the returned stream, or an [`Event`] recorded on it, is in use.
+    /// Work that symcomm enqueues while another library captures the stream
+    /// (`cuStreamBeginCapture` outside [`Self::begin_capture`]) goes into that library's graph,
+    /// which symcomm does not see: its owner keeps the windows, buffers and communicator the
+    /// recorded calls use alive until that graph's last launch finished.
     pub unsafe fn from_cuda_raw(device: &CudaDevice, handle: u64) -> Stream {
         // SAFETY: forwarded from this function's contract.
         let stream = unsafe { device.wrap_stream(handle) };
@@ -860,10 +877,10 @@ impl Stream {
     /// capture too. Returns whether it is kept: `false` when the stream is not capturing, or
     /// captures for someone else (a CUDA capture begun outside symcomm, whose graph it cannot
     /// reach).
-    pub(crate) fn keep_for_graph(&self, what: Kept) -> bool {
+    pub(crate) fn retain_for_graph(&self, what: Retained) -> bool {
         match self.capture().as_mut() {
             Some(c) => {
-                c.kept.push(what);
+                c.retain(std::iter::once(what));
                 true
             }
             None => false,
@@ -888,12 +905,13 @@ impl Stream {
 
     /// Emulator: queues `item`, or records it while the stream is capturing. Either way a
     /// failed stream refuses it with its sticky error.
-    fn submit(&self, emu: &EmuStream, item: HostFn) -> Result<()> {
+    fn submit(&self, emu: &EmuStream, item: HostFn, retain: RetainFn<'_>) -> Result<()> {
         let mut capture = self.capture();
         match capture.as_mut() {
             Some(c) => {
                 emu.queue.sticky()?;
                 c.items.push(item);
+                c.retain(retain());
                 Ok(())
             }
             None => emu.queue.push(item),
@@ -927,6 +945,23 @@ impl Stream {
         config: LaunchConfig,
         args: &KernelArgs,
     ) -> Result<()> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.launch_retaining(kernel, config, args, &Vec::new) }
+    }
+
+    /// [`Self::launch`], and when the launch is recorded into a capture, the graph keeps what
+    /// `retain` returns alive (the host collectives' communicator, windows and buffers), so that
+    /// safe code cannot free memory a replay uses.
+    ///
+    /// # Safety
+    /// As [`Self::launch`], except for what `retain` keeps alive.
+    pub(crate) unsafe fn launch_retaining(
+        &self,
+        kernel: &Kernel,
+        config: LaunchConfig,
+        args: &KernelArgs,
+        retain: RetainFn<'_>,
+    ) -> Result<()> {
         let LaunchConfig {
             grid,
             block,
@@ -957,6 +992,7 @@ impl Stream {
                 unsafe { stream.launch(&func, grid, block, shared_bytes, co_resident, &mut ptrs) }?;
                 if let Some(c) = capture.as_mut() {
                     c.keep(module);
+                    c.retain(retain());
                 }
                 Ok(())
             }
@@ -987,7 +1023,7 @@ impl Stream {
                     }?;
                     Ok(())
                 });
-                self.submit(emu, item)
+                self.submit(emu, item, retain)
             }
             (StreamInner::Cuda(_), KernelCode::Emu(_)) => Err(Error::InvalidArgument(format!(
                 "kernel {} was loaded for the emulator, the stream is a CUDA stream",
@@ -1016,6 +1052,22 @@ impl Stream {
     /// (while capturing: until the last launch of the resulting [`Graph`] has finished); no
     /// other work writes either range, or reads the destination, while the copy runs.
     pub unsafe fn copy_raw(&self, dst: u64, src: u64, bytes: u64) -> Result<()> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.copy_raw_retaining(dst, src, bytes, &Vec::new) }
+    }
+
+    /// [`Self::copy_raw`], keeping what `retain` returns alive in a graph that records the copy
+    /// (see [`Self::launch_retaining`]).
+    ///
+    /// # Safety
+    /// As [`Self::copy_raw`], except for what `retain` keeps alive.
+    pub(crate) unsafe fn copy_raw_retaining(
+        &self,
+        dst: u64,
+        src: u64,
+        bytes: u64,
+        retain: RetainFn<'_>,
+    ) -> Result<()> {
         if bytes == 0 {
             return Ok(());
         }
@@ -1028,9 +1080,17 @@ impl Stream {
             )));
         }
         match &self.inner {
-            // SAFETY: forwarded from this function's contract; the ranges do not overlap
-            // (checked above).
-            StreamInner::Cuda(s) => unsafe { s.copy_raw(dst, src, n) },
+            StreamInner::Cuda(s) => {
+                // Held across the copy, as for launches: a capture cannot end in between.
+                let mut capture = self.capture();
+                // SAFETY: forwarded from this function's contract; the ranges do not overlap
+                // (checked above).
+                unsafe { s.copy_raw(dst, src, n) }?;
+                if let Some(c) = capture.as_mut() {
+                    c.retain(retain());
+                }
+                Ok(())
+            }
             StreamInner::Emu(emu) => self.submit(
                 emu,
                 Arc::new(move || {
@@ -1047,6 +1107,7 @@ impl Stream {
                     }
                     Ok(())
                 }),
+                retain,
             ),
         }
     }
@@ -1084,6 +1145,7 @@ impl Stream {
                     }
                     Ok(())
                 }),
+                &Vec::new,
             ),
         }
     }
@@ -1104,7 +1166,7 @@ impl Stream {
         F: Fn() -> Result<()> + Send + Sync + 'static,
     {
         match &self.inner {
-            StreamInner::Emu(emu) => self.submit(emu, Arc::new(f)),
+            StreamInner::Emu(emu) => self.submit(emu, Arc::new(f), &Vec::new),
             StreamInner::Cuda(_) => Err(Error::InvalidArgument(
                 "host functions can only be enqueued on emulator streams".to_owned(),
             )),
@@ -1235,7 +1297,7 @@ impl Stream {
             thread: std::thread::current().id(),
             items: Vec::new(),
             modules: Vec::new(),
-            kept: Vec::new(),
+            retained: Vec::new(),
         });
         Ok(())
     }
@@ -1281,7 +1343,7 @@ impl Stream {
         };
         Ok(Graph {
             inner,
-            kept: recorded.kept,
+            retained: recorded.retained,
         })
     }
 
@@ -1327,17 +1389,25 @@ fn raw_range(what: &str, addr: u64, bytes: u64) -> Result<usize> {
 ///   alive, so the graph may drop at any time. A recorded item that fails fails the stream it
 ///   runs on (its sticky error), as queued work does.
 ///
-/// A graph that captured host collectives keeps their stream's lane (see
-/// [the collectives](crate::comm::coll)) in use while it exists, and its drop waits for its last
-/// launch to finish (bounded: the kernels' device timeout), so that the lane's next stream never
-/// runs beside a replay.
+/// **What recorded collectives use stays alive.** A graph that captured host collectives or
+/// send/recv ([`Communicator`](crate::Communicator)'s) holds what they use: the communicator
+/// (its signal area, control block and staging windows), the windows' mappings and the
+/// [`Buffer`]s' memory. So a [`Window`](crate::Window) or [`Buffer`] dropped while such a graph
+/// exists stays mapped (allocated) until the graph drops, and every launch of the graph finds
+/// it. Dropping such a graph waits for its last launch first (bounded: symcomm's kernels wait
+/// at most the device timeout), then releases what it holds, which the last holder frees. A
+/// graph launched into another capture passes what it holds on to the outer graph. Work
+/// recorded by captures symcomm did not begin (another library's `cuStreamBeginCapture` on a
+/// wrapped stream, see [`Stream::from_cuda_raw`]) is outside this: its owner keeps the memory
+/// alive.
+/// It also keeps their stream's lane (see [the collectives](crate::comm::coll)) in use while it
+/// exists, so that the lane's next stream never runs beside a replay.
 ///
 /// `Send + Sync`: it may be launched from any thread.
 pub struct Graph {
     inner: GraphInner,
-    /// Kept alive for the recorded work ([`Stream::keep_for_graph`]); dropped only after the
-    /// last launch finished.
-    kept: Vec<Kept>,
+    /// What the recorded work uses (see the type's docs); after `inner` in drop order.
+    retained: Vec<Retained>,
 }
 
 enum GraphInner {
@@ -1345,7 +1415,8 @@ enum GraphInner {
         /// Declared first: destroyed before the modules its kernel nodes use are unloaded.
         exec: cuda::Graph,
         modules: Vec<Arc<CudaModule>>,
-        /// Recorded after the last launch when the graph keeps something (outside captures).
+        /// Recorded after the latest launch while the graph retains something: its drop waits
+        /// for it (launches of one executable graph run one after the other).
         last: Mutex<Option<cuda::Event>>,
     },
     Emu {
@@ -1369,9 +1440,10 @@ impl fmt::Debug for Graph {
 
 impl Graph {
     /// Enqueues one run of the recorded work on `stream` and returns without waiting; on a
-    /// capturing stream the run is recorded (on CUDA as a child graph). What the recorded work
-    /// touches must still be valid (the contracts of [`Stream::launch`] and
-    /// [`Stream::copy_raw`] extend to every launch of the graph).
+    /// capturing stream the run is recorded (on CUDA as a child graph). What recorded host
+    /// collectives and send/recv use, the graph keeps alive (see the type's docs); for work
+    /// recorded through the `unsafe` [`Stream::launch`] and [`Stream::copy_raw`], their
+    /// contracts extend to every launch of the graph.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `stream` belongs to the other backend (or, on CUDA,
@@ -1389,27 +1461,27 @@ impl Graph {
                 StreamInner::Cuda(s),
             ) => {
                 let mut capture = stream.capture();
+                // Held across the launch and its event, so that `last` follows the launch order.
+                let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
                 s.launch_graph(exec)?;
                 if let Some(c) = capture.as_mut() {
                     for m in modules {
                         c.keep(m);
                     }
-                    c.kept.extend(self.kept.iter().cloned());
+                    c.retain(self.retained.iter().cloned());
                 } else if s.is_capturing() {
                     // Recorded into a capture begun outside symcomm, whose graph it cannot
-                    // reach: what this graph keeps stays alive for good.
-                    for k in &self.kept {
+                    // reach: what this graph retains stays alive for good.
+                    for k in &self.retained {
                         std::mem::forget(Arc::clone(k));
                     }
-                } else if !self.kept.is_empty() {
+                } else if !self.retained.is_empty() {
                     match s.record_event() {
-                        Ok(e) => *last.lock().unwrap_or_else(PoisonError::into_inner) = Some(e),
+                        Ok(ev) => *last = Some(ev),
                         Err(e) => {
-                            // The drop could not wait for this launch: keep for good instead.
-                            for k in &self.kept {
-                                std::mem::forget(Arc::clone(k));
-                            }
-                            return Err(e);
+                            // Without an event the drop could not wait for this launch: wait now.
+                            tracing::warn!(target: "symcomm::stream", error = %e, "no event after a graph launch; synchronizing");
+                            let _ = s.synchronize();
                         }
                     }
                 }
@@ -1420,7 +1492,7 @@ impl Graph {
                 if let Some(c) = capture.as_mut() {
                     emu.queue.sticky()?;
                     c.items.extend(items.iter().cloned());
-                    c.kept.extend(self.kept.iter().cloned());
+                    c.retain(self.retained.iter().cloned());
                     return Ok(());
                 }
                 let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
@@ -1463,16 +1535,17 @@ impl Graph {
 
 impl Drop for Graph {
     fn drop(&mut self) {
-        if self.kept.is_empty() {
+        if self.retained.is_empty() {
             return;
         }
-        // What the graph keeps is released only after its last launch has run (see `kept`).
+        // What the graph retains outlives its last launch (launches of one graph never overlap,
+        // so the last one finishing means all did); bounded like every symcomm kernel.
         let waited = match &mut self.inner {
             GraphInner::Cuda { last, .. } => last
                 .get_mut()
                 .unwrap_or_else(PoisonError::into_inner)
                 .take()
-                .map(|e| e.synchronize()),
+                .map(|ev| ev.synchronize()),
             GraphInner::Emu { last, .. } => last
                 .get_mut()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -1480,7 +1553,9 @@ impl Drop for Graph {
                 .map(|(queue, ticket)| queue.wait_for(ticket)),
         };
         if let Some(Err(e)) = waited {
-            tracing::warn!(target: "symcomm::stream", error = %e, "waiting for a dropped graph's last launch");
+            // A failed launch: nothing of it runs any more (CUDA's context error; the emulator
+            // skipped the rest).
+            tracing::debug!(target: "symcomm::stream", error = %e, "a dropped graph's last launch failed");
         }
     }
 }
@@ -1503,15 +1578,18 @@ const BUFFER_ALIGN: usize = 256;
 ///
 /// Lifetime: dropping a buffer waits for the last host collective or send/recv that used it (an
 /// event each such call records), so `comm.all_reduce(&buf, &buf, ..)` followed by `drop(buf)`
-/// is sound. Kernels launched by the caller ([`Stream::launch`], `unsafe`) and graph replays are
-/// not tracked: their contract is that the memory outlives them. On CUDA the memory comes from
+/// is sound. A [`Graph`] that captured such calls keeps the memory allocated until it drops
+/// (after its last launch), so replays after the buffer dropped are sound too. Kernels launched
+/// by the caller ([`Stream::launch`], `unsafe`) are not tracked: their contract is that the
+/// memory outlives them. On CUDA the memory comes from
 /// the stream-ordered allocator and is freed in stream order (`cuMemFreeAsync`), so a drop never
 /// synchronizes the whole context — which, with ranks sharing a GPU, would wait for another
 /// rank's kernel that waits for this rank.
 ///
 /// `Send + Sync`.
 pub struct Buffer {
-    inner: BufferInner,
+    /// Shared with graphs that captured collectives on the buffer (see [`Self::retained`]).
+    inner: Arc<BufferInner>,
     /// Recorded after the latest host collective or send/recv that used the buffer.
     last_use: Mutex<Option<Event>>,
 }
@@ -1605,7 +1683,7 @@ impl Buffer {
             Backend::Emu => BufferInner::Emu(HostMemory::new(bytes)?),
         };
         Ok(Buffer {
-            inner,
+            inner: Arc::new(inner),
             last_use: Mutex::new(None),
         })
     }
@@ -1624,10 +1702,15 @@ impl Buffer {
         }
     }
 
+    /// The memory, for a graph that records work on it to keep alive.
+    pub(crate) fn retained(&self) -> Retained {
+        Arc::clone(&self.inner) as Retained
+    }
+
     /// The device address of the first byte (on the emulator a host address), for kernel
     /// arguments and raw copies. Valid while `self` lives.
     pub fn addr(&self) -> u64 {
-        match &self.inner {
+        match &*self.inner {
             BufferInner::Cuda(b) => b.device_ptr(),
             // Exposed: emulated kernels and raw copies turn the integer back into a pointer.
             BufferInner::Emu(m) => m.ptr.as_ptr().expose_provenance() as u64,
@@ -1636,7 +1719,7 @@ impl Buffer {
 
     /// Size in bytes.
     pub fn len(&self) -> usize {
-        match &self.inner {
+        match &*self.inner {
             BufferInner::Cuda(b) => b.len(),
             BufferInner::Emu(m) => m.layout.size(),
         }
@@ -1649,12 +1732,12 @@ impl Buffer {
 
     /// Whether this is emulator (host) memory.
     pub fn is_emu(&self) -> bool {
-        matches!(self.inner, BufferInner::Emu(_))
+        matches!(*self.inner, BufferInner::Emu(_))
     }
 
     /// The CUDA allocation underneath; `None` on the emulator.
     pub fn as_cuda(&self) -> Option<&DeviceBuffer> {
-        match &self.inner {
+        match &*self.inner {
             BufferInner::Cuda(b) => Some(b),
             BufferInner::Emu(_) => None,
         }
@@ -1683,7 +1766,7 @@ impl Buffer {
     /// [`Error::InvalidArgument`] when the range exceeds the buffer; [`Error::Cuda`].
     pub fn write<T: DevicePlain>(&self, offset_elems: usize, data: &[T]) -> Result<()> {
         let (offset, len) = self.byte_range::<T>(offset_elems, data.len())?;
-        match &self.inner {
+        match &*self.inner {
             BufferInner::Cuda(b) => b.write(offset, data),
             BufferInner::Emu(m) => {
                 // SAFETY: `offset + len` is within the allocation (checked); the source is `len`
@@ -1709,7 +1792,7 @@ impl Buffer {
     /// [`Error::InvalidArgument`] when the range exceeds the buffer; [`Error::Cuda`].
     pub fn read<T: DevicePlain>(&self, offset_elems: usize, out: &mut [T]) -> Result<()> {
         let (offset, len) = self.byte_range::<T>(offset_elems, out.len())?;
-        match &self.inner {
+        match &*self.inner {
             BufferInner::Cuda(b) => b.read(offset, out),
             BufferInner::Emu(m) => {
                 // SAFETY: `offset + len` is within the allocation (checked) and initialized

@@ -334,16 +334,16 @@ fn select_cases(n: u32, rng: &mut Rng) -> Vec<Case> {
 // Running a case on one rank.
 
 /// One rank's windows and buffers, each `cap` bytes.
-struct Mem<'c> {
-    a: Window<'c, u8>,
-    b: Window<'c, u8>,
+struct Mem {
+    a: Window<u8>,
+    b: Window<u8>,
     c: Buffer,
     d: Buffer,
     cap: usize,
 }
 
-impl<'c> Mem<'c> {
-    fn new(comm: &'c Communicator, cap: usize) -> Mem<'c> {
+impl Mem {
+    fn new(comm: &Communicator, cap: usize) -> Mem {
         Mem {
             a: comm.alloc_window(cap).unwrap(),
             b: comm.alloc_window(cap).unwrap(),
@@ -416,7 +416,7 @@ struct Outcome {
 
 /// Runs case `c` on this rank: inputs and canaries written, barrier, call, synchronize,
 /// check_error, read back and compare.
-fn run_case(comm: &Communicator, stream: &Stream, mem: &Mem<'_>, c: &Case) -> Outcome {
+fn run_case(comm: &Communicator, stream: &Stream, mem: &Mem, c: &Case) -> Outcome {
     let n = comm.nranks();
     let rank = comm.rank();
     let size = c.dt.size;

@@ -577,10 +577,10 @@ fn buffers_dropped_right_after_a_call() {
 
 /// The buffers of [`LaneBuffers::issue`]: windows for the zero-copy path, ordinary buffers for the
 /// staged one (through the lane's staging windows).
-struct LaneBuffers<'c> {
+struct LaneBuffers {
     n: usize,
-    win_in: symcomm::Window<'c, f32>,
-    win_out: symcomm::Window<'c, f32>,
+    win_in: symcomm::Window<f32>,
+    win_out: symcomm::Window<f32>,
     buf_in: symcomm::Buffer,
     buf_out: symcomm::Buffer,
     ring: symcomm::Buffer,
@@ -590,8 +590,8 @@ fn lane_value(salt: u32, r: u32, i: usize) -> f32 {
     (salt * 1000 + r * 10 + (i % 7) as u32) as f32
 }
 
-impl<'c> LaneBuffers<'c> {
-    fn new(comm: &'c Communicator, n: usize) -> LaneBuffers<'c> {
+impl LaneBuffers {
+    fn new(comm: &Communicator, n: usize) -> LaneBuffers {
         LaneBuffers {
             n,
             win_in: comm.alloc_window::<f32>(n).unwrap(),

@@ -12,7 +12,7 @@ mod support;
 
 use std::ffi::c_void;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::Barrier;
+use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -357,7 +357,7 @@ fn a_wrong_secret_fails_fast_and_a_missing_rank_is_named() {
     let id = UniqueId::new_on(LOOPBACK).unwrap();
     let impostor = UniqueId::from_parts(id.addr(), [0x5a; 16]).unwrap();
     let t = Instant::now();
-    let out: Vec<Result<Communicator>> = thread::scope(|s| {
+    let out: Vec<Result<Arc<Communicator>>> = thread::scope(|s| {
         let good = s.spawn(|| {
             Communicator::init_with(
                 &config(&id, 0, 3, Duration::from_secs(2)),

@@ -211,8 +211,7 @@ fn freeing_a_window_never_waits_for_a_peers_queued_collective() {
         let b = comm.alloc_window::<u64>(n).unwrap();
         let input: Vec<u64> = (0..n as u64).map(|i| i * 3 + r).collect();
         a.write(0, &input).unwrap();
-        let sum =
-            |x: &Window<'_, u64>| comm.all_reduce(x, x, n, DataType::U64, RedOp::Sum, &stream);
+        let sum = |x: &Window<u64>| comm.all_reduce(x, x, n, DataType::U64, RedOp::Sum, &stream);
         sum(&a).unwrap();
         if r == 1 {
             // Rank 0 frees and queues its next all-reduce first.

@@ -647,13 +647,13 @@ impl Data {
 // ---------------------------------------------------------------------------------------------
 // Buffers: a window or device memory, as bytes.
 
-enum Mem<'c> {
-    Window(Window<'c, u8>),
+enum Mem {
+    Window(Window<u8>),
     Device(Buffer),
 }
 
-impl<'c> Mem<'c> {
-    fn alloc(comm: &'c Communicator, kind: BufferKind, bytes: u64) -> symcomm::Result<Self> {
+impl Mem {
+    fn alloc(comm: &Communicator, kind: BufferKind, bytes: u64) -> symcomm::Result<Self> {
         let bytes = bytes.max(8) as usize;
         Ok(match kind {
             BufferKind::Window => Mem::Window(comm.alloc_window::<u8>(bytes)?),
@@ -1240,10 +1240,10 @@ struct Bench<'c> {
     comm: &'c Communicator,
     plan: &'c Plan,
     stream: Stream,
-    send: Mem<'c>,
-    recv: Mem<'c>,
-    stats_in: Window<'c, u64>,
-    stats_out: Window<'c, u64>,
+    send: Mem,
+    recv: Mem,
+    stats_in: Window<u64>,
+    stats_out: Window<u64>,
 }
 
 impl<'c> Bench<'c> {

@@ -47,7 +47,9 @@ use symcomm_device::abi::{
 use super::{Communicator, Window, memory::FlatMapping};
 use crate::backend::Backend;
 use crate::backend::cuda::DevicePlain;
-use crate::stream::{Buffer, Kernel, KernelArgs, LaunchConfig, Stream, StreamToken};
+use crate::stream::{
+    Buffer, Kernel, KernelArgs, LaunchConfig, RetainFn, Retained, Stream, StreamToken,
+};
 use crate::tune::{self, Algorithm, BackendKind, Collective};
 use crate::{Error, Result};
 
@@ -222,10 +224,12 @@ impl RedOp {
 /// A buffer argument of a collective: (part of) a symmetric window of this communicator —
 /// used in place, zero-copy — or ordinary device memory, copied through the staging windows.
 ///
-/// Lifetime: collectives are asynchronous. Dropping a window or the communicator waits for the
-/// calls already issued through the collectives (outside graph captures); ordinary memory
-/// ([`Buffer`], raw pointers) must stay allocated until the stream has run the call, as with
-/// NCCL and CUDA: synchronize the stream (or an event recorded after the call) first.
+/// Lifetime: collectives are asynchronous. Dropping a window, a [`Buffer`] or the communicator
+/// waits for the calls already issued through the collectives; a graph that captured calls
+/// keeps their windows, buffers and communicator alive until it drops (see
+/// [`Graph`](crate::Graph)). Raw memory ([`Self::from_raw`]) must stay allocated until the
+/// stream has run the call (or the last launch of a graph that captured it), as with NCCL and
+/// CUDA: synchronize the stream (or an event recorded after the call) first.
 #[derive(Debug, Clone, Copy)]
 pub struct BufferRef<'a> {
     /// Device address of this rank's first byte.
@@ -236,6 +240,8 @@ pub struct BufferRef<'a> {
     /// The [`Buffer`] the memory belongs to: calls record their last use of it, which its drop
     /// waits for.
     buffer: Option<&'a Buffer>,
+    /// The window's mapping, which a graph that captures the call keeps alive.
+    mapping: Option<&'a Arc<FlatMapping>>,
     _borrow: PhantomData<&'a ()>,
 }
 
@@ -253,6 +259,7 @@ impl<'a> BufferRef<'a> {
             bytes,
             window: None,
             buffer: None,
+            mapping: None,
             _borrow: PhantomData,
         }
     }
@@ -266,15 +273,26 @@ impl<'a> BufferRef<'a> {
     pub fn is_window(&self) -> bool {
         self.window.is_some()
     }
+
+    /// What a graph that records a call on this buffer keeps alive: the window's mapping or the
+    /// buffer's memory (raw memory: nothing).
+    fn retained(&self) -> Option<Retained> {
+        match (self.mapping, self.buffer) {
+            (Some(m), _) => Some(Arc::clone(m) as Retained),
+            (None, Some(b)) => Some(b.retained()),
+            (None, None) => None,
+        }
+    }
 }
 
-impl<'a, T: DevicePlain> From<&'a Window<'_, T>> for BufferRef<'a> {
-    fn from(w: &'a Window<'_, T>) -> Self {
+impl<'a, T: DevicePlain> From<&'a Window<T>> for BufferRef<'a> {
+    fn from(w: &'a Window<T>) -> Self {
         w.range(0, w.len()).unwrap_or(BufferRef {
             addr: 0,
             bytes: 0,
             window: None,
             buffer: None,
+            mapping: None,
             _borrow: PhantomData,
         })
     }
@@ -287,12 +305,13 @@ impl<'a> From<&'a Buffer> for BufferRef<'a> {
             bytes: b.len() as u64,
             window: None,
             buffer: Some(b),
+            mapping: None,
             _borrow: PhantomData,
         }
     }
 }
 
-impl<T: DevicePlain> Window<'_, T> {
+impl<T: DevicePlain> Window<T> {
     /// Elements `offset..offset + len` of this window as a collective buffer.
     ///
     /// # Errors
@@ -312,8 +331,9 @@ impl<T: DevicePlain> Window<'_, T> {
         Ok(BufferRef {
             addr: raw.base + u64::from(raw.rank) * raw.stride + off,
             bytes: (len * size_of::<T>()) as u64,
-            window: Some((raw, off, std::ptr::from_ref(self.communicator()) as usize)),
+            window: Some((raw, off, Arc::as_ptr(self.communicator()) as usize)),
             buffer: None,
+            mapping: Some(self.mapping()),
             _borrow: PhantomData,
         })
     }
@@ -488,7 +508,7 @@ impl Lane {
             b.graphs = Arc::downgrade(&h);
             h
         });
-        if !stream.keep_for_graph(hold) {
+        if !stream.retain_for_graph(hold) {
             b.pinned = true;
         }
     }
@@ -1012,6 +1032,7 @@ impl Communicator {
         })?;
         let builtin = self.kernel_for(dtype)?;
         let dev = self.device_handle()?;
+        let retain = || self.retained(&lane, [&send, &recv]);
         let issued = match (send.window, recv.window) {
             (Some((sw, soff, _)), Some((rw, roff, _))) => {
                 let size = dtype.size() as u64;
@@ -1029,15 +1050,35 @@ impl Communicator {
                     src: sw,
                     dst: rw,
                 };
-                self.launch_coll(builtin, stream, &dev, &args, msg_bytes, coll)
+                self.launch_coll(builtin, stream, &dev, &args, msg_bytes, coll, &retain)
             }
-            _ => self.staged(&call, &lane, kind, builtin, stream, &dev),
+            _ => self.staged(&call, &lane, kind, builtin, stream, &dev, &retain),
         };
         self.track(&lane, stream);
         for b in [send.buffer, recv.buffer].into_iter().flatten() {
             b.used_by(stream);
         }
         issued
+    }
+
+    /// What a graph that records work of this communicator on `lane` with `buffers` keeps
+    /// alive: the buffers' memory (windows' mappings, [`Buffer`]s), the lane (its staging
+    /// windows) and the communicator (signal area, control block). Outside captures the drops
+    /// wait for the work instead ([`Self::track`], [`Buffer::used_by`]).
+    fn retained<'b>(
+        &self,
+        lane: &Arc<Lane>,
+        buffers: impl IntoIterator<Item = &'b BufferRef<'b>>,
+    ) -> Vec<Retained> {
+        let mut keep: Vec<Retained> = buffers
+            .into_iter()
+            .filter_map(BufferRef::retained)
+            .collect();
+        keep.push(Arc::clone(lane) as Retained);
+        if let Ok(comm) = self.shared() {
+            keep.push(comm as Retained);
+        }
+        keep
     }
 
     /// Remembers the lane's latest work (see [`Lane::last`]).
@@ -1075,6 +1116,7 @@ impl Communicator {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn launch_coll(
         &self,
         builtin: &Builtin,
@@ -1083,6 +1125,7 @@ impl Communicator {
         args: &CollArgs,
         msg_bytes: u64,
         coll: Collective,
+        retain: RetainFn<'_>,
     ) -> Result<()> {
         let (grid, block) = tune::geometry(
             coll,
@@ -1094,14 +1137,22 @@ impl Communicator {
         debug_assert_eq!(block, builtin.threads);
         let kargs = KernelArgs::new().arg(dev).arg(args);
         // SAFETY: the built-in kernel takes (DevComm, CollArgs) by value; the windows named in
-        // `args` belong to this communicator (validated) or to its lane, and live until the
-        // communicator drops — the caller keeps user windows alive until the stream has run
-        // the call (they are borrowed for the call's duration and documented so).
-        unsafe { stream.launch(&builtin.kernel, LaunchConfig::linear(grid, block), &kargs) }
+        // `args` belong to this communicator (validated) or to its lane; their drops (and the
+        // communicator's) wait for the call, and a graph that records it keeps them alive
+        // (`retain`).
+        unsafe {
+            stream.launch_retaining(
+                &builtin.kernel,
+                LaunchConfig::linear(grid, block),
+                &kargs,
+                retain,
+            )
+        }
     }
 
     /// The staged path: chunks of at most what the staging windows hold, each copied in, run,
     /// copied out in stream order.
+    #[allow(clippy::too_many_arguments)]
     fn staged(
         &self,
         call: &Call<'_>,
@@ -1110,6 +1161,7 @@ impl Communicator {
         kernel: &Builtin,
         stream: &Stream,
         dev: &symcomm_device::abi::DevComm,
+        retain: RetainFn<'_>,
     ) -> Result<()> {
         let n = u64::from(self.nranks);
         let size = call.dtype.size() as u64;
@@ -1138,10 +1190,11 @@ impl Communicator {
                 // input holds sb * cap >= sb * c elements of this rank; stream-ordered after
                 // the previous chunk's kernel, which no peer reads after it ended.
                 unsafe {
-                    stream.copy_raw(
+                    stream.copy_raw_retaining(
                         stage_in + j * c * size,
                         call.send.addr + (j * call.count + off) * size,
                         c * size,
+                        retain,
                     )
                 }?;
             }
@@ -1159,17 +1212,26 @@ impl Communicator {
                 src: win_in,
                 dst: win_out,
             };
-            self.launch_coll(kernel, stream, dev, &args, c * size * sb.max(rb), call.coll)?;
+            self.launch_coll(
+                kernel,
+                stream,
+                dev,
+                &args,
+                c * size * sb.max(rb),
+                call.coll,
+                retain,
+            )?;
             let writes_recv = call.coll != Collective::Reduce || self.rank == call.root;
             if writes_recv {
                 for j in 0..rb {
                     // SAFETY: as above, for the receive buffer (rb * count elements) and this
                     // rank's staging output, after the chunk's kernel in stream order.
                     unsafe {
-                        stream.copy_raw(
+                        stream.copy_raw_retaining(
                             call.recv.addr + (j * call.count + off) * size,
                             stage_out + j * c * size,
                             c * size,
+                            retain,
                         )
                     }?;
                 }
@@ -1282,6 +1344,8 @@ pub struct P2pGroup<'a> {
     ops: Vec<P2pOp>,
     /// The [`Buffer`]s the operations use (their drops wait for the group's launch).
     buffers: Vec<&'a Buffer>,
+    /// The operations' buffers, which a graph that captures the group keeps alive.
+    refs: Vec<BufferRef<'a>>,
     _borrow: PhantomData<&'a ()>,
 }
 
@@ -1340,6 +1404,7 @@ impl<'a> P2pGroup<'a> {
         if let Some(b) = buf.buffer {
             self.buffers.push(b);
         }
+        self.refs.push(buf);
         // Overlaps: sends may share memory; a receive may overlap nothing else, except a send
         // of exactly the same bytes (in place), which becomes one exchange.
         let (lo, hi) = (buf.addr, buf.addr + bytes);
@@ -1490,6 +1555,7 @@ impl Communicator {
             nranks: self.nranks,
             ops: Vec::new(),
             buffers: Vec::new(),
+            refs: Vec::new(),
             _borrow: PhantomData,
         };
         build(&mut group)?;
@@ -1528,14 +1594,17 @@ impl Communicator {
         };
         args.ops[..group.ops.len()].copy_from_slice(&group.ops);
         let kargs = KernelArgs::new().arg(&self.device_handle()?).arg(&args);
+        let retain = || self.retained(&lane, &group.refs);
         // SAFETY: `symcomm_sendrecv(DevComm, P2pArgs)` by value; the staging window lives as
-        // long as the communicator; the user buffers were borrowed for this call and must stay
-        // valid until the stream has run it (the BufferRef contract).
+        // long as the lane; the drops of windows and buffers wait for the call, a graph that
+        // records it keeps them alive (`retain`), and raw buffers stay valid until the stream
+        // has run it (the BufferRef contract).
         let issued = unsafe {
-            stream.launch(
+            stream.launch_retaining(
                 &kernel.kernel,
                 LaunchConfig::linear(group.ops.len() as u32, kernel.threads),
                 &kargs,
+                &retain,
             )
         };
         self.track(&lane, stream);

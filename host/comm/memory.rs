@@ -100,6 +100,16 @@ enum MappingKind {
     Cuda(VmmRange),
 }
 
+impl std::fmt::Debug for FlatMapping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FlatMapping")
+            .field("base", &format_args!("{:#x}", self.base))
+            .field("stride", &self.stride)
+            .field("nranks", &self.nranks)
+            .finish_non_exhaustive()
+    }
+}
+
 impl FlatMapping {
     /// Maps `fds[r]` (rank r's copy, `stride` bytes each) at `base + r * stride`.
     pub(crate) fn map(backend: &Backend, stride: u64, fds: Vec<OwnedFd>) -> Result<Self> {

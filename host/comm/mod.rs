@@ -31,7 +31,8 @@
 //! stops sending heartbeats for `SYMCOMM_PEER_TIMEOUT`, every other rank raises its abort flag:
 //! kernels waiting in symcomm primitives return, and [`Communicator::check_error`] and every
 //! later call report [`Error::PeerLost`]. [`Communicator::abort`] does the same on purpose, from
-//! any thread. After a fault, destroy the communicator (drop it).
+//! any thread. After a fault, destroy the communicator (drop it, its windows and the graphs that
+//! captured its collectives: it goes with its last holder).
 
 pub mod coll;
 mod control;
@@ -39,7 +40,7 @@ mod fdpass;
 mod memory;
 mod window;
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use symcomm_device::abi::{DevComm, ErrorRecord, SYMCOMM_ABI_VERSION, SYMCOMM_SIGNAL_WORDS};
@@ -258,10 +259,17 @@ impl CommOptions {
 
 /// One rank's communicator; see the module docs.
 ///
+/// Shared ownership, as cudarc's contexts: [`Self::init`] returns an [`Arc`], and every
+/// [`Window`] (and every [`Graph`](crate::Graph) that captured collectives) holds one too, so a
+/// struct may keep a communicator and its windows side by side.
+///
 /// `Send + Sync`: host calls may come from any thread; collective calls are serialized
-/// internally and must be made in the same order on every rank. Dropping it says goodbye to
-/// the other ranks (who do not treat that as a fault) and frees everything it holds; its
-/// windows borrow it, so they go first. Kernels that use its handles must have finished.
+/// internally and must be made in the same order on every rank. The communicator is destroyed
+/// when its last holder drops: that says goodbye to the other ranks (who do not treat that as a
+/// fault) and frees everything it holds. Until then — while a window or a graph of it lives on
+/// after the caller dropped its handle — it stays a member of the communicator as before
+/// (heartbeats, the peers' collectives with it). Kernels of your own that use its handles must
+/// have finished.
 pub struct Communicator {
     rank: u32,
     nranks: u32,
@@ -284,6 +292,9 @@ pub struct Communicator {
     exchange_seq: Mutex<u64>,
     control: Control,
     block: Arc<ControlBlock>,
+    /// This communicator's own `Arc` (every communicator lives in one): what windows and
+    /// graphs hold.
+    me: Weak<Communicator>,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -325,7 +336,7 @@ impl Communicator {
     /// [`Error::InitTimeout`] naming the missing ranks, ...), [`Error::NoDriver`] /
     /// [`Error::Cuda`] for a CUDA device, [`Error::PeerFailed`] when another rank failed its
     /// part of init.
-    pub fn init(id: &UniqueId, rank: u32, nranks: u32, device: Device) -> Result<Self> {
+    pub fn init(id: &UniqueId, rank: u32, nranks: u32, device: Device) -> Result<Arc<Self>> {
         let mut config = BootstrapConfig::new(id.clone(), rank, nranks);
         config.apply_overrides(&|name: &str| raw_value(name))?;
         Self::init_with(&config, device, &CommOptions::from_env()?)
@@ -337,7 +348,7 @@ impl Communicator {
     ///
     /// # Errors
     /// As [`Self::init`], and [`Error::InvalidArgument`] for missing or malformed variables.
-    pub fn from_env() -> Result<Self> {
+    pub fn from_env() -> Result<Arc<Self>> {
         let config = BootstrapConfig::from_env()?;
         Self::init_with(&config, Device::from_env()?, &CommOptions::from_env()?)
     }
@@ -350,7 +361,7 @@ impl Communicator {
         config: &BootstrapConfig,
         device: Device,
         options: &CommOptions,
-    ) -> Result<Self> {
+    ) -> Result<Arc<Self>> {
         options.validate()?;
         let start = Instant::now();
         let boot = bootstrap::init_with(config)?;
@@ -401,6 +412,7 @@ impl Communicator {
             exchange_seq: Mutex::new(0),
             control,
             block,
+            me: Weak::new(),
         };
         comm.agree(TAG_INIT, "opening the device", status)?;
         if comm.spans_one_host() {
@@ -415,7 +427,17 @@ impl Communicator {
             start.elapsed().as_secs_f64() * 1e3,
             comm.local.ranks()
         );
-        Ok(comm)
+        Ok(Arc::new_cyclic(|me| {
+            comm.me = Weak::clone(me);
+            comm
+        }))
+    }
+
+    /// This communicator's `Arc` (what windows and graphs hold).
+    fn shared(&self) -> Result<Arc<Communicator>> {
+        self.me
+            .upgrade()
+            .ok_or_else(|| Error::InvalidArgument("the communicator is being destroyed".to_owned()))
     }
 
     /// This rank.
@@ -485,7 +507,7 @@ impl Communicator {
     /// others get [`Error::PeerFailed`]); [`Error::Mismatch`] on every rank when sizes differ;
     /// [`Error::Unsupported`] across hosts; backend errors (out of memory). After any of these
     /// the communicator stays usable.
-    pub fn alloc_window<T: cuda::DevicePlain>(&self, count: usize) -> Result<Window<'_, T>> {
+    pub fn alloc_window<T: cuda::DevicePlain>(&self, count: usize) -> Result<Window<T>> {
         let elem = size_of::<T>() as u64;
         let bytes = (count as u64)
             .checked_mul(elem)
@@ -495,8 +517,9 @@ impl Communicator {
                     "a window needs at least one element and fewer than 2^64 bytes (count {count} of {elem} bytes)"
                 ))
             });
+        let comm = self.shared()?;
         let mapping = self.alloc_flat(bytes, elem as u32, std::any::type_name::<T>())?;
-        Ok(Window::new(self, mapping, count))
+        Ok(Window::new(comm, mapping, count))
     }
 
     /// A new stream on this communicator's backend (a CUDA stream of its GPU, or an emulator

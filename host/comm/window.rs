@@ -2,6 +2,7 @@
 //! by every rank's kernels.
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use symcomm_device::abi::WindowHandleRaw;
 
@@ -12,20 +13,31 @@ use crate::stream::KernelArg;
 use crate::{Error, Result};
 
 /// A symmetric window of `len()` elements of `T` per rank, allocated by
-/// [`Communicator::alloc_window`]. Borrows its communicator, so it cannot outlive it.
+/// [`Communicator::alloc_window`].
 ///
-/// Dropping it unmaps this rank's view of every copy. That is not collective and is safe for
-/// the peers: each rank's mappings keep the memory alive until that rank drops its own window.
-/// The drop first waits for the host collectives already issued on this communicator; kernels
-/// of your own that use the window must have finished (their launch is `unsafe` for that).
-pub struct Window<'c, T> {
-    comm: &'c Communicator,
-    mapping: FlatMapping,
+/// Shared ownership, as in cudarc: a window holds its communicator (an [`Arc`]), so a struct
+/// may keep both a communicator and its windows, and a window may outlive the caller's
+/// communicator handle — the communicator is destroyed (goodbye to the peers, control plane
+/// closed) when its last holder drops: the caller's handle, a window, or a [`Graph`] that
+/// captured collectives of it.
+///
+/// Dropping a window unmaps this rank's view of every copy. That is not collective and is safe
+/// for the peers: each rank's mappings keep the memory alive until that rank drops its own
+/// window. The drop first waits for the host collectives already issued on this communicator;
+/// collectives captured into a [`Graph`] keep the mapping alive instead, until the graph (and
+/// its last launch) is gone. Kernels of your own that use the window must have finished (their
+/// launch is `unsafe` for that).
+///
+/// [`Graph`]: crate::Graph
+pub struct Window<T> {
+    /// Declared first: unmapped (when no graph holds it) before the communicator may go.
+    mapping: Arc<FlatMapping>,
+    comm: Arc<Communicator>,
     count: usize,
     _elem: PhantomData<fn() -> T>,
 }
 
-impl<T> std::fmt::Debug for Window<'_, T> {
+impl<T> std::fmt::Debug for Window<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Window")
             .field("rank", &self.comm.rank())
@@ -59,7 +71,10 @@ impl<T> std::fmt::Debug for WindowHandle<T> {
     }
 }
 
-impl<T> Drop for Window<'_, T> {
+impl<T> Drop for Window<T> {
+    // Waits for the queued host collectives; then the fields drop: the mapping's last holder
+    // unmaps it (this window, or a graph that captured work on it), and the communicator goes
+    // with its last holder.
     fn drop(&mut self) {
         self.comm.quiesce();
     }
@@ -76,11 +91,11 @@ impl<T> WindowHandle<T> {
     }
 }
 
-impl<'c, T: DevicePlain> Window<'c, T> {
-    pub(super) fn new(comm: &'c Communicator, mapping: FlatMapping, count: usize) -> Self {
+impl<T: DevicePlain> Window<T> {
+    pub(super) fn new(comm: Arc<Communicator>, mapping: FlatMapping, count: usize) -> Self {
         Window {
+            mapping: Arc::new(mapping),
             comm,
-            mapping,
             count,
             _elem: PhantomData,
         }
@@ -101,9 +116,14 @@ impl<'c, T: DevicePlain> Window<'c, T> {
         (self.count * size_of::<T>()) as u64
     }
 
-    /// The communicator this window belongs to.
-    pub fn communicator(&self) -> &'c Communicator {
-        self.comm
+    /// The communicator this window belongs to (clone the [`Arc`] to keep it).
+    pub fn communicator(&self) -> &Arc<Communicator> {
+        &self.comm
+    }
+
+    /// The mapping, which graphs that capture work on the window keep alive.
+    pub(super) fn mapping(&self) -> &Arc<FlatMapping> {
+        &self.mapping
     }
 
     /// The device handle for kernels: rank r's copy at `base + r * stride`, with the element
