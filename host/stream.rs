@@ -1591,7 +1591,7 @@ pub struct Buffer {
     /// Shared with graphs that captured collectives on the buffer (see [`Self::retained`]).
     inner: Arc<BufferInner>,
     /// Recorded after the latest host collective or send/recv that used the buffer.
-    last_use: Mutex<Option<Event>>,
+    last_use: Mutex<Option<Arc<Event>>>,
 }
 
 enum BufferInner {
@@ -1688,18 +1688,10 @@ impl Buffer {
         })
     }
 
-    /// Remembers that work just enqueued on `stream` uses the buffer (outside captures), so that
-    /// the drop waits for it.
-    pub(crate) fn used_by(&self, stream: &Stream) {
-        if stream.is_capturing() {
-            return;
-        }
-        match stream.record_event() {
-            Ok(ev) => *self.last_use.lock().unwrap_or_else(PoisonError::into_inner) = Some(ev),
-            Err(e) => {
-                tracing::warn!(target: "symcomm::stream", "recording a buffer's last use: {e}")
-            }
-        }
+    /// Remembers that work enqueued before `done` (an event of its stream, outside captures) uses
+    /// the buffer, so that the drop waits for it.
+    pub(crate) fn used_by(&self, done: &Arc<Event>) {
+        *self.last_use.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(done));
     }
 
     /// The memory, for a graph that records work on it to keep alive.

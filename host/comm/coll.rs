@@ -420,7 +420,7 @@ pub(super) struct Lane {
     /// Recorded after the lane's latest call (outside captures): drops of windows and of the
     /// communicator wait for it, so they never unmap memory a queued call still uses, and the
     /// lane's next stream waits for it before its first call.
-    last: Mutex<Option<crate::stream::Event>>,
+    last: Mutex<Option<Arc<crate::stream::Event>>>,
     binding: Mutex<Binding>,
 }
 
@@ -1054,10 +1054,11 @@ impl Communicator {
             }
             _ => self.staged(&call, &lane, kind, builtin, stream, &dev, &retain),
         };
-        self.track(&lane, stream);
-        for b in [send.buffer, recv.buffer].into_iter().flatten() {
-            b.used_by(stream);
-        }
+        self.track(
+            &lane,
+            stream,
+            [send.buffer, recv.buffer].into_iter().flatten(),
+        );
         issued
     }
 
@@ -1082,16 +1083,32 @@ impl Communicator {
     }
 
     /// Remembers the lane's latest work (see [`Lane::last`]).
-    fn track(&self, lane: &Lane, stream: &Stream) {
+    /// The same event marks the last use of the call's buffers (`buffers`, [`Buffer::used_by`]):
+    /// one event per call.
+    fn track<'b>(
+        &self,
+        lane: &Lane,
+        stream: &Stream,
+        buffers: impl IntoIterator<Item = &'b Buffer>,
+    ) {
         if stream.is_capturing() {
             lane.keep_for_graph(stream);
             return;
         }
-        if let Ok(ev) = stream.record_event() {
-            *lane
-                .last
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(ev);
+        match stream.record_event() {
+            Ok(ev) => {
+                let ev = Arc::new(ev);
+                for b in buffers {
+                    b.used_by(&ev);
+                }
+                *lane
+                    .last
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(ev);
+            }
+            Err(e) => {
+                tracing::debug!(target: "symcomm::coll", "rank {}: recording a call's completion: {e}", self.rank)
+            }
         }
     }
 
@@ -1607,10 +1624,7 @@ impl Communicator {
                 &retain,
             )
         };
-        self.track(&lane, stream);
-        for b in &group.buffers {
-            b.used_by(stream);
-        }
+        self.track(&lane, stream, group.buffers.iter().copied());
         issued
     }
 }
