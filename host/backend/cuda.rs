@@ -1776,6 +1776,87 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
+    use std::collections::BTreeSet;
+
+    /// The entry points `prefix<api><Upper...>` named in `src` (code only: `//` comments are
+    /// skipped), e.g. `dsys::cuMemMap` for prefix `dsys::` and api `cu` (not helpers such as
+    /// `dsys::culib()`): with `calls`, only those called (`(` follows); else every mention (also
+    /// a function passed by name, and type names).
+    fn named(src: &str, prefix: &str, api: &str, calls: bool) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        for line in src.lines() {
+            let code = line.split("//").next().unwrap_or("");
+            let mut rest = code;
+            while let Some(at) = rest.find(prefix) {
+                let after = &rest[at + prefix.len()..];
+                let end = after
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(after.len());
+                let name = &after[..end];
+                let entry = name
+                    .strip_prefix(api)
+                    .is_some_and(|t| t.starts_with(|c: char| c.is_ascii_uppercase()));
+                if entry && (!calls || after[end..].trim_start().starts_with('(')) {
+                    out.insert(name.to_owned());
+                }
+                rest = &after[end..];
+            }
+        }
+        out
+    }
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    /// cudarc panics on the first call of a symbol the library lacks, so the lists checked at
+    /// load time must name exactly the entry points called (a call missing from them would be a
+    /// panic on an old driver; a listed symbol never called would refuse drivers for nothing).
+    #[test]
+    fn symbols_checked_at_load_are_the_ones_called() {
+        let cuda = include_str!("cuda.rs");
+        let vmm = include_str!("cuda/vmm.rs");
+        let mut driver = set(DRIVER_SYMBOLS);
+        driver.insert(PARAM_INFO_SYMBOL.to_owned());
+        let vmm_listed = set(vmm::VMM_SYMBOLS);
+        let cuda_calls = named(cuda, "dsys::", "cu", true);
+        let vmm_calls = named(vmm, "dsys::", "cu", true);
+        let unlisted: Vec<_> = cuda_calls.difference(&driver).collect();
+        assert!(
+            unlisted.is_empty(),
+            "called in cuda.rs, not in DRIVER_SYMBOLS: {unlisted:?}"
+        );
+        let both: BTreeSet<String> = driver.union(&vmm_listed).cloned().collect();
+        let unlisted: Vec<_> = vmm_calls.difference(&both).collect();
+        assert!(
+            unlisted.is_empty(),
+            "called in cuda/vmm.rs, not in VMM_SYMBOLS: {unlisted:?}"
+        );
+        let mentioned: BTreeSet<String> = named(cuda, "dsys::", "cu", false)
+            .union(&named(vmm, "dsys::", "cu", false))
+            .cloned()
+            .collect();
+        let unused: Vec<_> = both.difference(&mentioned).collect();
+        assert!(
+            unused.is_empty(),
+            "checked at load but never used: {unused:?}"
+        );
+        let nvrtc = set(NVRTC_SYMBOLS);
+        let unlisted: Vec<_> = named(cuda, "nsys::", "nvrtc", true)
+            .into_iter()
+            .filter(|n| !nvrtc.contains(n))
+            .collect();
+        assert!(
+            unlisted.is_empty(),
+            "called in cuda.rs, not in NVRTC_SYMBOLS: {unlisted:?}"
+        );
+        let mentioned = named(cuda, "nsys::", "nvrtc", false);
+        let unused: Vec<_> = nvrtc.difference(&mentioned).collect();
+        assert!(
+            unused.is_empty(),
+            "in NVRTC_SYMBOLS but never used: {unused:?}"
+        );
+    }
 
     #[test]
     fn missing_driver_is_an_error_not_a_panic() {

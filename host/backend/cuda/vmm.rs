@@ -17,7 +17,7 @@ use crate::{Error, Result};
 
 /// Driver entry points used here, checked once before the first use (cudarc panics on a
 /// missing symbol). All exist since CUDA 10.2.
-const VMM_SYMBOLS: &[&str] = &[
+pub(super) const VMM_SYMBOLS: &[&str] = &[
     "cuMemCreate",
     "cuMemRelease",
     "cuMemExportToShareableHandle",
