@@ -24,6 +24,10 @@ use symcomm::{BootstrapErrorKind, Error, Result};
 
 const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
+/// How late past its deadline a timed-out wait may return on a loaded machine (CI runs the tests
+/// on 2 cores, beside builds): generous, while still far from a wait that ignores its deadline.
+const SLACK: Duration = Duration::from_millis(1500);
+
 fn new_id() -> UniqueId {
     UniqueId::new_on(LOOPBACK).unwrap()
 }
@@ -385,7 +389,7 @@ fn a_slow_writer_is_cut_at_its_handshake_deadline() {
     });
     let closed_after = wait_closed(s, Duration::from_secs(3));
     assert!(
-        closed_after >= Duration::from_millis(250) && closed_after < Duration::from_millis(1500),
+        closed_after >= Duration::from_millis(250) && closed_after < Duration::from_millis(2500),
         "{closed_after:?}"
     );
     writer.join().unwrap();
@@ -421,8 +425,7 @@ fn a_rank_that_never_starts_is_named_by_everyone_within_the_timeout() {
         assert!(err.to_string().contains("[2]"), "{err}");
         // The root's clock decides; the others started a hair later.
         assert!(
-            took >= timeout - Duration::from_millis(100)
-                && took < timeout + Duration::from_millis(400),
+            took >= timeout - Duration::from_millis(100) && took < timeout + SLACK,
             "rank index {r} took {took:?}"
         );
     }
@@ -440,10 +443,7 @@ fn a_missing_root_is_named_by_every_rank() {
             matches!(&err, Error::InitTimeout { missing, .. } if missing == &[0]),
             "{err}"
         );
-        assert!(
-            took >= timeout && took < timeout + Duration::from_millis(400),
-            "{took:?}"
-        );
+        assert!(took >= timeout && took < timeout + SLACK, "{took:?}");
     }
     // Nobody listens at all.
     let free = TcpListener::bind("127.0.0.1:0")
@@ -457,7 +457,7 @@ fn a_missing_root_is_named_by_every_rank() {
         matches!(&err, Error::InitTimeout { missing, .. } if missing == &[0]),
         "{err}"
     );
-    assert!(t.elapsed() < timeout + Duration::from_millis(400));
+    assert!(t.elapsed() < timeout + SLACK, "{:?}", t.elapsed());
 }
 
 #[test]
@@ -523,7 +523,8 @@ fn out_of_range_ranks_are_rejected() {
         let err =
             bootstrap::init_with(&config(&id, rank, nranks, Duration::from_secs(5))).unwrap_err();
         assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
-        assert!(t.elapsed() < Duration::from_millis(50));
+        // Far below the 5 s timeout: refused before any I/O.
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
     }
     // By the root, from a client that knows the secret but claims rank 7 of 3: refused, counted,
     // and the real ranks still complete.
