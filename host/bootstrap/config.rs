@@ -158,9 +158,11 @@ impl BootstrapConfig {
                             .into(),
                     ));
                 }
-                let id: UniqueId = s
-                    .parse()
-                    .map_err(|e| Error::InvalidArgument(format!("SYMCOMM_ID: {e}")))?;
+                let id: UniqueId = s.parse().map_err(|e| match e {
+                    // One "invalid argument:" prefix, not two.
+                    Error::InvalidArgument(m) => Error::InvalidArgument(format!("SYMCOMM_ID: {m}")),
+                    e => e,
+                })?;
                 (id, true)
             }
             None => {

@@ -207,37 +207,68 @@ impl fmt::Display for UniqueId {
 impl FromStr for UniqueId {
     type Err = Error;
 
-    /// Parses the `Display` form. Errors never echo the secret.
+    /// Parses the `Display` form. Errors never echo any part of the input (a misplaced `:` can
+    /// put the secret in any field), only which field is wrong and its length.
     fn from_str(s: &str) -> Result<Self> {
         let bad = |why: String| Error::InvalidArgument(format!("invalid UniqueId: {why}"));
+        let form = "expected `symcomm<version>:<ip>:<port>:<32 hex digits>` (IPv6 as [addr])";
         let s = s.trim();
         let rest = s
             .strip_prefix("symcomm")
-            .ok_or_else(|| bad("expected `symcomm<version>:<ip>:<port>:<32 hex digits>`".into()))?;
+            .ok_or_else(|| bad(format!("does not start with `symcomm`; {form}")))?;
         let (version, rest) = rest
             .split_once(':')
-            .ok_or_else(|| bad("missing `:` after the version".into()))?;
-        let version: u32 = version
-            .parse()
-            .map_err(|_| bad(format!("version `{version}` is not a number")))?;
+            .ok_or_else(|| bad(format!("missing `:` after the version; {form}")))?;
+        let version: u32 = version.parse().map_err(|_| {
+            bad(format!(
+                "the version ({} characters) is not a number; {form}",
+                version.chars().count()
+            ))
+        })?;
         if version != PROTOCOL_VERSION {
             return Err(bad(format!(
                 "protocol version {version} is not supported (this symcomm speaks version {PROTOCOL_VERSION})"
             )));
         }
-        let (addr, secret) = rest
-            .rsplit_once(':')
-            .ok_or_else(|| bad("expected `<ip>:<port>:<secret>` after the version".into()))?;
-        let addr: SocketAddr = addr.parse().map_err(|_| {
+        // <ip>:<port> — an IPv6 address is bracketed, so the first `:` after it (or after an
+        // IPv4 address) ends the host — then `:<secret>`, the rest.
+        let host_end = if rest.starts_with('[') {
+            rest.find(']').map(|i| i + 1)
+        } else {
+            rest.find(':')
+        }
+        .ok_or_else(|| {
             bad(format!(
-                "root address `{addr}` is not <ip>:<port> (IPv6 as [addr]:port)"
+                "expected `<ip>:<port>:<secret>` after the version; {form}"
+            ))
+        })?;
+        let (host, after_host) = rest.split_at(host_end);
+        let (port, secret) = after_host
+            .strip_prefix(':')
+            .and_then(|r| r.split_once(':'))
+            .ok_or_else(|| {
+                bad(format!(
+                    "expected `<ip>:<port>:<secret>` after the version; {form}"
+                ))
+            })?;
+        if secret.contains(':') {
+            return Err(bad(format!(
+                "{} fields after the port where one (the secret) belongs; {form}",
+                secret.split(':').count()
+            )));
+        }
+        let addr: SocketAddr = format!("{host}:{port}").parse().map_err(|_| {
+            bad(format!(
+                "the root address ({} characters) and port ({} characters) are not <ip>:<port>; {form}",
+                host.chars().count(),
+                port.chars().count()
             ))
         })?;
         check_addr(addr).map_err(|e| bad(e.to_string()))?;
         let secret = Secret::from_hex(secret).ok_or_else(|| {
             bad(format!(
                 "the secret must be 32 hex digits (128 bits), got {} characters",
-                secret.len()
+                secret.chars().count()
             ))
         })?;
         Ok(UniqueId { addr, secret })
@@ -299,6 +330,59 @@ mod tests {
         assert!(Secret::from_hex("zz112233445566778899aabbccddeeff").is_none());
         assert!(Secret::from_hex("é0112233445566778899aabbccddeef").is_none());
         assert!(!format!("{s:?}").contains("aabb"));
+    }
+
+    /// No error for a malformed id contains the secret, or any 8 characters of it, wherever a
+    /// misplaced `:` puts it (issue 11: a trailing colon once echoed it as the root address).
+    #[test]
+    fn malformed_ids_never_echo_the_secret() {
+        let sec = "0123456789abcdef0123456789abcdef";
+        let good = [
+            format!("symcomm1:127.0.0.1:5000:{sec}"),
+            format!("symcomm1:[::1]:5000:{sec}"),
+            format!(" symcomm1:10.1.2.3:65535:{} ", sec.to_uppercase()),
+        ];
+        for g in &good {
+            assert!(g.parse::<UniqueId>().is_ok(), "{g}");
+        }
+        let bad = [
+            format!("symcomm1:127.0.0.1:5000:{sec}:"),
+            format!("symcomm1:127.0.0.1:5000:{sec}:extra"),
+            format!("symcomm1:127.0.0.1:{sec}:5000"),
+            format!("symcomm1:{sec}:127.0.0.1:5000"),
+            format!("symcomm1:127.0.0.1:{sec}"),
+            format!("symcomm1:{sec}"),
+            format!("symcomm{sec}:127.0.0.1:5000"),
+            format!("symcomm1:127.0.0.1::{sec}"),
+            format!("symcomm1:127.0.0.1:5000:{sec}0"),
+            format!("symcomm1:127.0.0.1:5000:{}", &sec[..31]),
+            format!("symcomm1:127.0.0.1:5000:{}g", &sec[..31]),
+            format!("symcomm1:[::1:5000:{sec}"),
+            format!("symcomm1:[{sec}]:5000:{sec}"),
+            format!("symcomm1:0.0.0.0:5000:{sec}"),
+            format!("symcomm1:127.0.0.1:0:{sec}"),
+            format!("symcomm2:127.0.0.1:5000:{sec}"),
+            format!("symcomm:127.0.0.1:5000:{sec}"),
+            sec.to_string(),
+            format!("symcomm1:127.0.0.1:5000:{sec}:{sec}"),
+            format!("symcomm1:127.0.0.1:99999:{sec}"),
+            format!("symcomm1:localhost:5000:{sec}"),
+        ];
+        let pieces: Vec<String> = (0..=sec.len() - 8)
+            .map(|i| sec[i..i + 8].to_owned())
+            .collect();
+        for b in &bad {
+            let e = b.parse::<UniqueId>().unwrap_err();
+            for text in [e.to_string(), format!("{e:?}")] {
+                let lower = text.to_lowercase();
+                let leak = pieces.iter().find(|p| lower.contains(p.as_str()));
+                assert!(
+                    leak.is_none(),
+                    "`{b}` gave a message with the secret: {text}"
+                );
+            }
+            assert!(matches!(e, Error::InvalidArgument(_)), "{b}: {e}");
+        }
     }
 
     #[test]
