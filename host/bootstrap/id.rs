@@ -3,7 +3,8 @@
 use std::fmt;
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::str::FromStr;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use super::{PROTOCOL_VERSION, auth, net};
 use crate::{Error, Result};
@@ -64,10 +65,34 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 ///
 /// **It is a credential**: anyone who has it can join the rendezvous. `Debug` shows only a
 /// fingerprint of the secret; do not log the `Display` form.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct UniqueId {
     addr: SocketAddr,
     secret: Secret,
+    /// Ids made by [`UniqueId::new_on`] (and their clones): the reservation of this process's
+    /// listening socket lasts while one of them lives. Held for its drop.
+    #[cfg_attr(not(test), expect(dead_code, reason = "held for its Drop"))]
+    hold: Option<Arc<Hold>>,
+}
+
+impl PartialEq for UniqueId {
+    fn eq(&self, other: &Self) -> bool {
+        self.addr == other.addr && self.secret == other.secret
+    }
+}
+
+impl Eq for UniqueId {}
+
+/// Keeps a reservation ([`Reservation`]) while an id made with it lives; its drop closes the
+/// listening socket (clients are refused at once instead of hanging) and forgets the entry.
+struct Hold {
+    key: u64,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        reservations().retain(|r| r.key != self.key);
+    }
 }
 
 impl UniqueId {
@@ -107,16 +132,20 @@ impl UniqueId {
         })?;
         let mut bytes = [0u8; 16];
         auth::fill_random(&mut bytes)?;
-        let id = UniqueId {
-            addr,
-            secret: Secret(bytes),
-        };
+        static NEXT_KEY: AtomicU64 = AtomicU64::new(0);
+        let key = NEXT_KEY.fetch_add(1, Ordering::Relaxed);
+        let secret = Secret(bytes);
         reservations().push(Reservation {
+            key,
             addr,
-            fingerprint: auth::fingerprint(&id.secret),
+            fingerprint: auth::fingerprint(&secret),
             listener: Some(listener),
         });
-        Ok(id)
+        Ok(UniqueId {
+            addr,
+            secret,
+            hold: Some(Arc::new(Hold { key })),
+        })
     }
 
     /// An id for a root address chosen elsewhere (a launcher, a fixed port) and a given secret.
@@ -129,6 +158,7 @@ impl UniqueId {
         Ok(UniqueId {
             addr,
             secret: Secret(secret),
+            hold: None,
         })
     }
 
@@ -163,7 +193,11 @@ impl UniqueId {
     }
 
     pub(crate) fn with_secret(addr: SocketAddr, secret: Secret) -> Self {
-        UniqueId { addr, secret }
+        UniqueId {
+            addr,
+            secret,
+            hold: None,
+        }
     }
 }
 
@@ -271,12 +305,18 @@ impl FromStr for UniqueId {
                 secret.chars().count()
             ))
         })?;
-        Ok(UniqueId { addr, secret })
+        Ok(UniqueId {
+            addr,
+            secret,
+            hold: None,
+        })
     }
 }
 
-/// A listening socket held between [`UniqueId::new_on`] and rank 0's init.
+/// A listening socket held between [`UniqueId::new_on`] and rank 0's init, while an id made with
+/// it lives (see [`Hold`]).
 struct Reservation {
+    key: u64,
     addr: SocketAddr,
     fingerprint: String,
     /// `None` once an init took it: the id is consumed.
@@ -383,6 +423,36 @@ mod tests {
             }
             assert!(matches!(e, Error::InvalidArgument(_)), "{b}: {e}");
         }
+    }
+
+    /// An id dropped without init frees its reservation: the listening socket closes (a client
+    /// is refused at once instead of hanging until its deadline) and the entry is forgotten
+    /// (issue 11 §4: the list grew forever).
+    #[test]
+    fn dropped_ids_release_their_reservation() {
+        let id = UniqueId::new_on("127.0.0.1".parse().unwrap()).unwrap();
+        let addr = id.addr();
+        let copy = id.clone();
+        drop(id);
+        // A clone still holds it.
+        assert!(std::net::TcpStream::connect(addr).is_ok(), "still reserved");
+        let key = copy.hold.as_ref().unwrap().key;
+        drop(copy);
+        assert!(
+            !reservations().iter().any(|r| r.key == key),
+            "the entry outlived every copy of its id"
+        );
+        let e = std::net::TcpStream::connect(addr).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+        // Many cycles leave nothing behind (other tests may hold ids of their own meanwhile).
+        for _ in 0..200 {
+            drop(UniqueId::new_on("127.0.0.1".parse().unwrap()).unwrap());
+        }
+        assert!(
+            reservations().len() < 50,
+            "{} reservations left",
+            reservations().len()
+        );
     }
 
     #[test]
