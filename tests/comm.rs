@@ -413,3 +413,52 @@ fn device_and_option_strings_parse() {
     .unwrap_err();
     assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
 }
+
+/// Set in the environment of the child process of
+/// `bad_tunables_are_refused_by_init_before_the_rendezvous`.
+const BAD_TUNABLE_CHILD: &str = "SYMCOMM_TEST_BAD_TUNABLE_CHILD";
+
+/// Bad values of tunables the collectives read later (`SYMCOMM_ALGO`, `SYMCOMM_STAGING_BYTES`)
+/// fail `init` at once, before the rendezvous (issue 11: they failed only at the first
+/// collective). Each value runs in a child process of this test binary (environment variables
+/// are process-wide): rank 1 of 2 with no root, so reaching the rendezvous would wait for its
+/// 20 s timeout.
+#[test]
+fn bad_tunables_are_refused_by_init_before_the_rendezvous() {
+    if std::env::var_os(BAD_TUNABLE_CHILD).is_some() {
+        let id = UniqueId::new_on(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+        let c = config(&id, 1, 2, Duration::from_secs(20));
+        let t = Instant::now();
+        let e = Communicator::init_with(&c, Device::Emu, &options()).unwrap_err();
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+        println!("child error: {e}");
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    for (name, value) in [
+        ("SYMCOMM_ALGO", "ring"),
+        ("SYMCOMM_STAGING_BYTES", "12"),
+        ("SYMCOMM_STAGING_BYTES", "lots"),
+    ] {
+        let out = std::process::Command::new(&exe)
+            .args([
+                "--exact",
+                "bad_tunables_are_refused_by_init_before_the_rendezvous",
+                "--nocapture",
+            ])
+            .env(BAD_TUNABLE_CHILD, "1")
+            .env(name, value)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{name}={value}: {text}");
+        assert!(
+            text.contains("child error: invalid argument: ")
+                && text.contains(name)
+                && text.contains(value),
+            "{name}={value}: {text}"
+        );
+    }
+}

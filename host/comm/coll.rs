@@ -976,18 +976,7 @@ impl Communicator {
     }
 
     fn staging_bytes(&self) -> Result<u64> {
-        match crate::config::raw_value("SYMCOMM_STAGING_BYTES") {
-            None => Ok(DEFAULT_STAGING_BYTES),
-            Some(v) => v
-                .parse::<u64>()
-                .ok()
-                .filter(|&b| (4096..=(1 << 34)).contains(&b))
-                .ok_or_else(|| {
-                    Error::InvalidArgument(format!(
-                        "SYMCOMM_STAGING_BYTES={v}: expected a byte count from 4096 to 16 GiB"
-                    ))
-                }),
-        }
+        staging_bytes_from_env()
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1626,5 +1615,24 @@ impl Communicator {
         };
         self.track(&lane, stream, group.buffers.iter().copied());
         issued
+    }
+}
+
+/// The staging bytes per lane: `SYMCOMM_STAGING_BYTES` (4096..=16 GiB) or the default (read now).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a value outside that range or not a number.
+pub(super) fn staging_bytes_from_env() -> Result<u64> {
+    match crate::config::raw_value("SYMCOMM_STAGING_BYTES") {
+        None => Ok(DEFAULT_STAGING_BYTES),
+        Some(v) => v
+            .parse::<u64>()
+            .ok()
+            .filter(|&b| (4096..=(1 << 34)).contains(&b))
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "SYMCOMM_STAGING_BYTES={v}: expected a byte count from 4096 to 16 GiB"
+                ))
+            }),
     }
 }

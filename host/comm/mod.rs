@@ -363,6 +363,10 @@ impl Communicator {
         options: &CommOptions,
     ) -> Result<Arc<Self>> {
         options.validate()?;
+        // Tunables read later by the collectives: a bad value is refused now, before the
+        // rendezvous, not at the first collective.
+        crate::tune::algo_from_env()?;
+        coll::staging_bytes_from_env()?;
         let start = Instant::now();
         let boot = bootstrap::init_with(config)?;
         let rank = boot.rank();
