@@ -112,9 +112,6 @@ pub enum Error {
     /// Device code or the emulator failed in another way.
     #[error(transparent)]
     Device(#[from] symcomm_device::Error),
-    /// Logging could not be set up (bad `SYMCOMM_LOG`, unwritable `SYMCOMM_LOG_FILE`).
-    #[error("logging setup: {0}")]
-    Log(String),
     /// Rendezvous authentication failed: this rank's secret does not match the root's (the root
     /// rejected our proof), or the root could not prove it knows the secret. The rank did not
     /// join.

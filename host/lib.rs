@@ -11,7 +11,6 @@ pub mod comm;
 pub mod config;
 mod error;
 pub mod image;
-pub mod log;
 mod residency;
 pub mod stream;
 pub(crate) mod sync_free;

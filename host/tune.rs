@@ -46,8 +46,6 @@
 //! own constants until GPU measurements replace them; [`ModelParams`] is the one place to put
 //! measured figures.
 
-use serde_json::{Value, json};
-
 use crate::{Error, Result, abi};
 
 /// A collective operation of the host API (nccl-tests' names).
@@ -240,7 +238,7 @@ impl BackendKind {
 
 /// Parameters of the alpha–beta model for one backend (see the [module docs](self)): the one
 /// place to put measured figures.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ModelParams {
     /// Kernel launch plus the host path of one call, µs.
     pub launch_us: f64,
@@ -400,9 +398,6 @@ fn choose_with(
 /// Largest size [`all_reduce_crossover`] searches: 16 GiB.
 pub const CROSSOVER_MAX_BYTES: u64 = 16 << 30;
 
-/// The rank counts `symcomm info` and [`model_report`] show crossovers for.
-pub const REPORT_RANKS: [u32; 3] = [2, 4, 8];
-
 /// Smallest all-reduce message size in bytes at which [`choose`] picks two-shot over one-shot
 /// with no forced algorithm: one-shot for every smaller size, two-shot for it and every larger
 /// one. `None` if never up to [`CROSSOVER_MAX_BYTES`] (one rank: never); `Some(8)` when two-shot
@@ -520,29 +515,6 @@ pub fn threads(nranks: u32, backend: BackendKind) -> u32 {
         BackendKind::Emu => EMU_THREADS,
     };
     base.max(nranks.min(1024).next_multiple_of(32)).min(1024)
-}
-
-/// The model for `symcomm info`: the formula, both backends' parameters and their all-reduce
-/// crossovers for [`REPORT_RANKS`] ranks (`bytes` null: never).
-pub fn model_report() -> Value {
-    let backends: serde_json::Map<String, Value> = BackendKind::ALL
-        .into_iter()
-        .map(|b| {
-            let cross: Vec<Value> = REPORT_RANKS
-                .into_iter()
-                .map(|n| json!({ "nranks": n, "bytes": all_reduce_crossover(n, b) }))
-                .collect();
-            (
-                b.name().to_owned(),
-                json!({ "params": params(b), "all_reduce_two_shot_from": cross }),
-            )
-        })
-        .collect();
-    json!({
-        "model": "time_us = launch_us + barriers x barrier_us + peer_bytes / (1000 x peer_read_gbps) + local_bytes / (1000 x local_gbps)",
-        "params_status": "placeholders until GPU measurements replace them",
-        "backends": backends,
-    })
 }
 
 #[cfg(test)]
@@ -989,20 +961,5 @@ mod tests {
             geometry(Collective::AllReduce, 1 << 30, 8, BackendKind::Emu, 64),
             (4, EMU_THREADS)
         );
-    }
-
-    #[test]
-    fn report_has_both_backends() {
-        let r = model_report();
-        for b in BackendKind::ALL {
-            let be = &r["backends"][b.name()];
-            assert_eq!(be["params"]["launch_us"], json!(params(b).launch_us));
-            let x = be["all_reduce_two_shot_from"].as_array().unwrap();
-            assert_eq!(x.len(), REPORT_RANKS.len());
-            for (v, n) in x.iter().zip(REPORT_RANKS) {
-                assert_eq!(v["nranks"], json!(n));
-                assert_eq!(v["bytes"], json!(all_reduce_crossover(n, b)));
-            }
-        }
     }
 }

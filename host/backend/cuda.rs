@@ -290,7 +290,7 @@ fn init() -> Result<DriverLib> {
 // ---------------------------------------------------------------------------------------------
 
 /// One GPU as the driver reports it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuInfo {
     /// Driver ordinal (`CUDA_VISIBLE_DEVICES` applies).
     pub ordinal: usize,
@@ -313,7 +313,7 @@ impl GpuInfo {
 }
 
 /// The CUDA driver and the GPUs it sees.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CudaInfo {
     /// Driver API version, `1000 * major + 10 * minor` (`13000` is CUDA 13.0).
     pub driver_version: i32,

@@ -110,11 +110,21 @@ pub(crate) fn default_root_ip(ifname: Option<&str>) -> Result<IpAddr> {
     }
 }
 
+/// This machine's host name (the first part of [`host_identity`]).
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
 /// This machine's identity for local teams: `<hostname>/<boot id>` (the kernel's boot id: ranks
 /// that share it share a kernel, hence GPU memory handles), falling back to `/etc/machine-id`,
 /// then the host name alone.
 pub fn host_identity() -> String {
-    let host = crate::log::hostname();
+    let host = hostname();
     let read = |p: &str| {
         std::fs::read_to_string(p)
             .ok()

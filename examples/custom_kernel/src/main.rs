@@ -18,6 +18,7 @@ use std::time::Instant;
 
 use symcomm::bootstrap::BootstrapConfig;
 use symcomm::{CommOptions, Communicator, Device, KernelArgs, LaunchConfig, Result, UniqueId};
+use tracing_subscriber::filter::LevelFilter;
 
 include!(concat!(env!("OUT_DIR"), "/custom_kernel_device_image.rs"));
 
@@ -121,9 +122,28 @@ fn parse_args() -> std::result::Result<(u32, Shape), String> {
     Ok((ranks, shape))
 }
 
+/// symcomm only emits `tracing` events (targets `symcomm::<subsystem>`); a program shows them by
+/// installing a subscriber. This one prints to stderr at the level `SYMCOMM_LOG` names
+/// (`off`, `error`, `warn` (default), `info`, `debug`, `trace`).
+fn init_logging() -> std::result::Result<(), String> {
+    let level = match std::env::var("SYMCOMM_LOG") {
+        Ok(v) if !v.trim().is_empty() => v
+            .trim()
+            .parse::<LevelFilter>()
+            .map_err(|e| format!("SYMCOMM_LOG={v}: {e}"))?,
+        _ => LevelFilter::WARN,
+    };
+    // An already-installed subscriber is fine.
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .try_init();
+    Ok(())
+}
+
 fn main() -> ExitCode {
-    if let Err(e) = symcomm::log::init() {
-        eprintln!("{e}");
+    if let Err(e) = init_logging() {
+        eprintln!("custom-kernel: {e}");
         return ExitCode::from(2);
     }
     let (ranks, shape) = match parse_args() {

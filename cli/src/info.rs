@@ -65,7 +65,7 @@ fn tuning_text(s: &mut String) {
         "  time_us = launch + barriers x barrier + peer bytes / peer bw + local bytes / local bw"
     );
     let _ = writeln!(s, "  SYMCOMM_ALGO = {}", algo_text());
-    let ranks: Vec<String> = tune::REPORT_RANKS.iter().map(u32::to_string).collect();
+    let ranks: Vec<String> = REPORT_RANKS.iter().map(u32::to_string).collect();
     let _ = writeln!(
         s,
         "  {:<8} {:>9} {:>10} {:>11} {:>12}   all-reduce two-shot from ({} ranks)",
@@ -78,7 +78,7 @@ fn tuning_text(s: &mut String) {
     );
     for b in BackendKind::ALL {
         let p = tune::params(b);
-        let cross: Vec<String> = tune::REPORT_RANKS
+        let cross: Vec<String> = REPORT_RANKS
             .iter()
             .map(|&n| {
                 tune::all_reduce_crossover(n, b).map_or_else(|| "never".to_owned(), human_bytes)
@@ -103,11 +103,44 @@ fn tuning_json() -> Value {
         Ok(a) => json!({ "value": raw, "forced": a.map(tune::Algorithm::name), "error": null }),
         Err(e) => json!({ "value": raw, "forced": null, "error": e.to_string() }),
     };
-    let mut t = tune::model_report();
+    let mut t = model_report();
     if let Value::Object(m) = &mut t {
         m.insert("symcomm_algo".to_owned(), algo);
     }
     t
+}
+
+/// The rank counts `symcomm info` shows all-reduce crossovers for.
+const REPORT_RANKS: [u32; 3] = [2, 4, 8];
+
+/// The model: the formula, both backends' parameters and their all-reduce crossovers for
+/// [`REPORT_RANKS`] ranks (`bytes` null: never).
+fn model_report() -> Value {
+    let backends: serde_json::Map<String, Value> = BackendKind::ALL
+        .into_iter()
+        .map(|b| {
+            let p = tune::params(b);
+            let cross: Vec<Value> = REPORT_RANKS
+                .into_iter()
+                .map(|n| json!({ "nranks": n, "bytes": tune::all_reduce_crossover(n, b) }))
+                .collect();
+            let params = json!({
+                "launch_us": p.launch_us,
+                "barrier_us": p.barrier_us,
+                "peer_read_gbps": p.peer_read_gbps,
+                "local_gbps": p.local_gbps,
+            });
+            (
+                b.name().to_owned(),
+                json!({ "params": params, "all_reduce_two_shot_from": cross }),
+            )
+        })
+        .collect();
+    json!({
+        "model": "time_us = launch_us + barriers x barrier_us + peer_bytes / (1000 x peer_read_gbps) + local_bytes / (1000 x local_gbps)",
+        "params_status": "placeholders until GPU measurements replace them",
+        "backends": backends,
+    })
 }
 
 fn driver(v: i32) -> String {
@@ -318,4 +351,30 @@ fn to_json(
         "tunables": tunables,
         "tuning": tuning_json(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn report_has_both_backends() {
+        let r = model_report();
+        for b in BackendKind::ALL {
+            let be = &r["backends"][b.name()];
+            assert_eq!(be["params"]["launch_us"], json!(tune::params(b).launch_us));
+            assert_eq!(
+                be["params"]["local_gbps"],
+                json!(tune::params(b).local_gbps)
+            );
+            let x = be["all_reduce_two_shot_from"].as_array().unwrap();
+            assert_eq!(x.len(), REPORT_RANKS.len());
+            for (v, n) in x.iter().zip(REPORT_RANKS) {
+                assert_eq!(v["nranks"], json!(n));
+                assert_eq!(v["bytes"], json!(tune::all_reduce_crossover(n, b)));
+            }
+        }
+    }
 }

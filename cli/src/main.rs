@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 
 mod info;
 mod launch;
+mod log;
 mod perf;
 
 /// symcomm: device-initiated GPU communication.
@@ -50,8 +51,8 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Err(e) = symcomm::log::init() {
-        eprintln!("symcomm: {e}");
+    if let Err(e) = log::init() {
+        eprintln!("symcomm: logging setup: {e}");
         return ExitCode::from(2);
     }
     match cli.command {

@@ -1,5 +1,5 @@
-//! Logging setup for binaries, examples and tests. The library only emits `tracing` events; it
-//! never installs a subscriber — [`init`] is for programs.
+//! The `symcomm` tool's `tracing` subscriber. The library only emits `tracing` events and never
+//! installs a subscriber; this module is the tool's (other programs install their own).
 //!
 //! Environment (modelled on `NCCL_DEBUG`, `NCCL_DEBUG_SUBSYS`, `NCCL_DEBUG_FILE`):
 //! - `SYMCOMM_LOG`: `off`, `error`, `warn` (default), `info`, `debug`, `trace`.
@@ -19,14 +19,15 @@ use tracing::level_filters::LevelFilter;
 use tracing_subscriber::filter::filter_fn;
 use tracing_subscriber::prelude::*;
 
-use crate::{Error, Result};
+/// A bad variable value or an unwritable log file, as a message.
+pub(crate) type Result<T> = std::result::Result<T, String>;
 
 /// The subsystems of `SYMCOMM_LOG_SUBSYS`, each the second segment of an event target.
-pub const SUBSYSTEMS: &[&str] = &["init", "bootstrap", "alloc", "coll", "tune", "emu"];
+pub(crate) const SUBSYSTEMS: &[&str] = &["init", "bootstrap", "alloc", "coll", "tune", "emu"];
 
 /// Parsed `SYMCOMM_LOG_SUBSYS`: which subsystems show events below `warn`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SubsysFilter {
+pub(crate) struct SubsysFilter {
     invert: bool,
     /// `None` = all.
     names: Option<Vec<String>>,
@@ -36,8 +37,8 @@ impl SubsysFilter {
     /// Parses the variable's value (`None` or empty = all subsystems).
     ///
     /// # Errors
-    /// [`Error::Log`] naming an unknown subsystem.
-    pub fn parse(value: Option<&str>) -> Result<Self> {
+    /// A message naming an unknown subsystem.
+    pub(crate) fn parse(value: Option<&str>) -> Result<Self> {
         let Some(v) = value.map(str::trim).filter(|v| !v.is_empty()) else {
             return Ok(SubsysFilter {
                 invert: false,
@@ -61,10 +62,10 @@ impl SubsysFilter {
                 });
             }
             if !SUBSYSTEMS.contains(&name.as_str()) {
-                return Err(Error::Log(format!(
+                return Err(format!(
                     "SYMCOMM_LOG_SUBSYS: unknown subsystem `{name}` (known: all, {})",
                     SUBSYSTEMS.join(", ")
-                )));
+                ));
             }
             names.push(name);
         }
@@ -75,7 +76,7 @@ impl SubsysFilter {
     }
 
     /// Whether an event below `warn` with this target is shown.
-    pub fn allows(&self, target: &str) -> bool {
+    pub(crate) fn allows(&self, target: &str) -> bool {
         let listed = match &self.names {
             None => true,
             Some(names) => {
@@ -92,8 +93,8 @@ impl SubsysFilter {
 /// Parses `SYMCOMM_LOG` (`None` or empty = `warn`).
 ///
 /// # Errors
-/// [`Error::Log`] for an unknown level.
-pub fn parse_level(value: Option<&str>) -> Result<LevelFilter> {
+/// A message for an unknown level.
+pub(crate) fn parse_level(value: Option<&str>) -> Result<LevelFilter> {
     match value.map(|v| v.trim().to_ascii_lowercase()).as_deref() {
         None | Some("") | Some("warn") => Ok(LevelFilter::WARN),
         Some("off") | Some("none") => Ok(LevelFilter::OFF),
@@ -101,14 +102,14 @@ pub fn parse_level(value: Option<&str>) -> Result<LevelFilter> {
         Some("info") => Ok(LevelFilter::INFO),
         Some("debug") => Ok(LevelFilter::DEBUG),
         Some("trace") => Ok(LevelFilter::TRACE),
-        Some(other) => Err(Error::Log(format!(
+        Some(other) => Err(format!(
             "SYMCOMM_LOG: unknown level `{other}` (use off, error, warn, info, debug or trace)"
-        ))),
+        )),
     }
 }
 
 /// Expands `%h` (host name) and `%p` (process id) in a `SYMCOMM_LOG_FILE` pattern; `%%` is `%`.
-pub fn expand_file_pattern(pattern: &str, host: &str, pid: u32) -> String {
+pub(crate) fn expand_file_pattern(pattern: &str, host: &str, pid: u32) -> String {
     let mut out = String::with_capacity(pattern.len() + 16);
     let mut chars = pattern.chars();
     while let Some(c) = chars.next() {
@@ -131,12 +132,11 @@ pub fn expand_file_pattern(pattern: &str, host: &str, pid: u32) -> String {
 }
 
 /// This machine's host name (for `%h`).
-pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
+fn hostname() -> String {
+    nix::unistd::gethostname()
         .ok()
-        .map(|s| s.trim().to_owned())
-        .filter(|s| !s.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
+        .and_then(|h| h.into_string().ok())
+        .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "localhost".to_owned())
 }
 
@@ -145,9 +145,9 @@ pub fn hostname() -> String {
 /// someone else) leave the existing one in place and return `Ok`.
 ///
 /// # Errors
-/// [`Error::Log`] for a bad variable value or a log file that cannot be created; nothing is
+/// A message for a bad variable value or a log file that cannot be created; nothing is
 /// installed then.
-pub fn init() -> Result<()> {
+pub(crate) fn init() -> Result<()> {
     let level = parse_level(std::env::var("SYMCOMM_LOG").ok().as_deref())?;
     let subsys = SubsysFilter::parse(std::env::var("SYMCOMM_LOG_SUBSYS").ok().as_deref())?;
     let filter = filter_fn(move |meta| {
@@ -163,8 +163,7 @@ pub fn init() -> Result<()> {
     {
         Some(pattern) => {
             let path = expand_file_pattern(&pattern, &hostname(), std::process::id());
-            let file = File::create(&path)
-                .map_err(|e| Error::Log(format!("SYMCOMM_LOG_FILE {path}: {e}")))?;
+            let file = File::create(&path).map_err(|e| format!("SYMCOMM_LOG_FILE {path}: {e}"))?;
             let layer = base
                 .with_ansi(false)
                 .with_writer(Mutex::new(file))

@@ -12,7 +12,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "support/mod.rs"]
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::ffi::c_void;
