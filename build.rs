@@ -4,6 +4,8 @@
 fn main() {
     let build = symcomm_device::build::DeviceBuild::new("symcomm")
         .deny_spills(true)
+        // The built-in kernels' private header (collective_kernel.cuh), embedded for NVRTC.
+        .include("device/kernels")
         .sources_in("device/kernels");
     match build.and_then(|b| b.compile()) {
         Ok(out) => {

@@ -45,9 +45,7 @@ SYMCOMM_DEVICE void send_chunk(Cta g, const DevComm& comm, const P2pArgs& args, 
                                uint64_t region, uint64_t off, uint64_t n, uint64_t epoch, bool first) {
     unsigned char* mine = static_cast<unsigned char*>(peer_ptr(args.stage, comm.rank, uint64_t(to) * region));
     detail::group_copy(g, reinterpret_cast<const unsigned char*>(op.addr) + off, mine, n);
-#if SYMCOMM_PLANTED_BUG != 9  // planted bug 9: READY released before the CTA's copies are ordered
     __syncthreads();
-#endif
     if (g.thread_rank() == 0) {
         if (first) st_relaxed<Scope::Sys>(detail::signal_word(comm, to, comm.rank, WORD_LEN), op.bytes);
         detail::signal_store<Scope::Sys>(comm, to, WORD_READY, epoch);

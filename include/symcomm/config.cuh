@@ -17,16 +17,6 @@
 #error "symcomm device headers need nvcc, NVRTC, or an emulator build (SYMCOMM_EMU)"
 #endif
 
-/// Test only: `-DSYMCOMM_PLANTED_BUG=k` (k >= 1) compiles the planted ordering bug k into the
-/// device library, each a one-line mistake marked `planted bug k` where it is read (barrier.cuh,
-/// signal.cuh, collectives.cuh), so that `scripts/emu-tsan` can prove that ThreadSanitizer
-/// reports it (catalogue: device/emu/README.md). Unset (0) in every real build; emulator only.
-#if !defined(SYMCOMM_PLANTED_BUG)
-#define SYMCOMM_PLANTED_BUG 0
-#elif SYMCOMM_PLANTED_BUG != 0 && !defined(SYMCOMM_EMU)
-#error "SYMCOMM_PLANTED_BUG is for emulator test builds only"
-#endif
-
 /// Qualifier of every device-library function: inlined into the calling kernel.
 #if defined(SYMCOMM_EMU)
 #define SYMCOMM_DEVICE inline __attribute__((always_inline))

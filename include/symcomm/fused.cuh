@@ -51,27 +51,14 @@ namespace symcomm {
 /// (pack_aligned) and inside the window for every rank p; the inputs were made visible by a
 /// barrier (or a signal wait) after every rank wrote them. Plain loads: they order nothing.
 template <RedOp Op, typename T>
-SYMCOMM_DEVICE PackAccumulator<T, Op> reduce_pack_peers(const WindowHandle<T>& src, uint64_t index) {
-    PackAccumulator<T, Op> acc;
-    acc.first(load_pack(src.peer_ptr(0, index)));
-    for (uint32_t p = 1; p < src.nranks(); ++p) acc.add(load_pack(src.peer_ptr(p, index)));
-    return acc;
-}
+SYMCOMM_DEVICE PackAccumulator<T, Op> reduce_pack_peers(const WindowHandle<T>& src, uint64_t index);
 
 /// The reduction with `Op` (Sum, Prod, Min, Max; see Accumulator for the semantics) of `v` over
 /// the 32 threads of the warp, returned to every thread, with the same bits on every thread.
 /// `A`: float, double, int, unsigned, long long, unsigned long long (what shuffles carry).
 /// Who calls: every thread of a complete warp. Exchanges values only: orders no memory.
 template <RedOp Op, typename A>
-SYMCOMM_DEVICE A group_reduce(Warp, A v) {
-    static_assert(Op != RedOp::Avg, "group_reduce: reduce with Sum and divide instead of Avg");
-    // Butterfly: after the step with distance `o`, lanes i and i^o hold combine(x, y) and
-    // combine(y, x), which are the same bits (the operators are commutative), so every lane ends
-    // with the same value.
-    SYMCOMM_UNROLL
-    for (int o = 16; o > 0; o >>= 1) v = detail::combine<Op>(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
+SYMCOMM_DEVICE A group_reduce(Warp, A v);
 
 /// The reduction with `Op` of `v` over every thread of the CTA, returned to every thread with the
 /// same bits; the combination order is fixed by the CTA shape (deterministic from run to run).
@@ -79,18 +66,8 @@ SYMCOMM_DEVICE A group_reduce(Warp, A v) {
 /// and at most 1024. Synchronizes the CTA twice (`__syncthreads`); uses 32 `A`s of static shared
 /// memory per type `A` and operator. `A` as for the warp form.
 template <RedOp Op, typename A>
-SYMCOMM_DEVICE A group_reduce(Cta g, A v) {
-    SYMCOMM_SHARED(A, symcomm_group_reduce_warps, 32);
-    v = group_reduce<Op>(Warp{}, v);
-    const uint32_t warps = g.size() / 32u;
-    if (g.thread_rank() % 32u == 0) symcomm_group_reduce_warps[g.thread_rank() / 32u] = v;
-    g.sync();
-    // Every thread combines the warps' values in warp order (a broadcast read of shared memory).
-    A r = symcomm_group_reduce_warps[0];
-    for (uint32_t w = 1; w < warps; ++w) r = detail::combine<Op>(r, symcomm_group_reduce_warps[w]);
-    // The next call overwrites the array: every thread must have read it first.
-    g.sync();
-    return r;
-}
+SYMCOMM_DEVICE A group_reduce(Cta g, A v);
 
 }  // namespace symcomm
+
+#include <symcomm/impl/fused.cuh>

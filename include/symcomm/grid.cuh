@@ -38,30 +38,8 @@ namespace symcomm {
 /// on); at once the status of an error the rank recorded before. After a failure the state word
 /// counts the CTAs that arrived: zero it before it is used again (the rank is broken anyway).
 template <Scope S = Scope::Gpu>
-SYMCOMM_DEVICE_NOINLINE Status grid_sync(Cta g, const DevComm& comm, uint64_t* state) {
-    const uint64_t nctas = uint64_t(gridDim.x) * gridDim.y * gridDim.z;
-    // The CTA's writes before thread 0's arrival (cumulative release of the add).
-    g.sync();
-    Status s = Status::Ok;
-    if (g.thread_rank() == 0) {
-        // Acquire too: the last arrival must see every earlier CTA's writes to release them on.
-#if SYMCOMM_PLANTED_BUG == 11  // planted bug 11: arrive with a release-only add (the last arrival acquires nothing)
-        const uint64_t old = atomic_add_release<S>(state, 1);
-#else
-        const uint64_t old = atomic_add_acq_rel<S>(state, 1);
-#endif
-        const uint32_t generation = uint32_t(old >> 32);
-        if (uint32_t(old) + 1 == nctas) {
-            // Only the generation's CTAs add before it completes, so the count is exactly nctas.
-            atomic_add_release<S>(state, (uint64_t(1) << 32) - nctas);
-        } else {
-            uint64_t seen = 0;
-            s = poll_until<S>(
-                Thread{}, comm, state, [generation](uint64_t v) { return uint32_t(v >> 32) != generation; },
-                comm.rank, SYMCOMM_OP_GRID_SYNC, generation, seen);
-        }
-    }
-    return detail::group_status_ordered(g, s);
-}
+SYMCOMM_DEVICE_NOINLINE Status grid_sync(Cta g, const DevComm& comm, uint64_t* state);
 
 }  // namespace symcomm
+
+#include <symcomm/impl/grid.cuh>

@@ -19,32 +19,32 @@
 namespace symcomm {
 
 /// Linear index of the calling thread in its CTA.
-SYMCOMM_DEVICE uint32_t linear_thread_index() {
-    return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-}
+SYMCOMM_DEVICE uint32_t linear_thread_index();
 
 /// One thread acting alone.
 struct Thread {
-    SYMCOMM_DEVICE uint32_t thread_rank() const { return 0; }
-    SYMCOMM_DEVICE uint32_t size() const { return 1; }
-    SYMCOMM_DEVICE void sync() const {}
-    SYMCOMM_DEVICE bool any(bool pred) const { return pred; }
+    SYMCOMM_DEVICE uint32_t thread_rank() const;
+    SYMCOMM_DEVICE uint32_t size() const;
+    SYMCOMM_DEVICE void sync() const;
+    SYMCOMM_DEVICE bool any(bool pred) const;
 };
 
 /// The 32 threads of the calling warp.
 struct Warp {
-    SYMCOMM_DEVICE uint32_t thread_rank() const { return linear_thread_index() % 32u; }
-    SYMCOMM_DEVICE uint32_t size() const { return 32; }
-    SYMCOMM_DEVICE void sync() const { __syncwarp(); }
-    SYMCOMM_DEVICE bool any(bool pred) const { return __any_sync(0xffffffffu, pred) != 0; }
+    SYMCOMM_DEVICE uint32_t thread_rank() const;
+    SYMCOMM_DEVICE uint32_t size() const;
+    SYMCOMM_DEVICE void sync() const;
+    SYMCOMM_DEVICE bool any(bool pred) const;
 };
 
 /// Every thread of the calling CTA (thread block).
 struct Cta {
-    SYMCOMM_DEVICE uint32_t thread_rank() const { return linear_thread_index(); }
-    SYMCOMM_DEVICE uint32_t size() const { return blockDim.x * blockDim.y * blockDim.z; }
-    SYMCOMM_DEVICE void sync() const { __syncthreads(); }
-    SYMCOMM_DEVICE bool any(bool pred) const { return __syncthreads_or(pred) != 0; }
+    SYMCOMM_DEVICE uint32_t thread_rank() const;
+    SYMCOMM_DEVICE uint32_t size() const;
+    SYMCOMM_DEVICE void sync() const;
+    SYMCOMM_DEVICE bool any(bool pred) const;
 };
 
 }  // namespace symcomm
+
+#include <symcomm/impl/group.cuh>

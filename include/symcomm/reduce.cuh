@@ -30,12 +30,6 @@
 
 #include <symcomm/types.cuh>
 
-#if defined(SYMCOMM_EMU)
-#define SYMCOMM_REDUCE_UNROLL_
-#else
-#define SYMCOMM_REDUCE_UNROLL_ _Pragma("unroll")
-#endif
-
 namespace symcomm {
 
 /// Reduction operator of a collective (the SYMCOMM_REDOP_* codes of abi.h).
@@ -48,133 +42,33 @@ enum class RedOp : uint32_t {
 };
 
 /// True iff `code` is one of the SYMCOMM_REDOP_* codes. Any thread may call it.
-SYMCOMM_DEVICE constexpr bool redop_valid(uint32_t code) { return code < SYMCOMM_REDOP_COUNT; }
+SYMCOMM_DEVICE constexpr bool redop_valid(uint32_t code);
 
 /// Short name of `op` ("sum", "prod", "min", "max", "avg"); "invalid" for a code outside the enum.
 /// Any thread may call it.
-SYMCOMM_DEVICE constexpr const char* redop_name(RedOp op) {
-    switch (op) {
-        case RedOp::Sum: return "sum";
-        case RedOp::Prod: return "prod";
-        case RedOp::Min: return "min";
-        case RedOp::Max: return "max";
-        case RedOp::Avg: return "avg";
-    }
-    return "invalid";
-}
-
-namespace detail {
-
-template <bool C, typename A, typename B>
-struct Conditional {
-    using type = A;
-};
-template <typename A, typename B>
-struct Conditional<false, A, B> {
-    using type = B;
-};
-
-/// The unsigned type integer arithmetic of `T` wraps in (at least as wide as T, never promoted
-/// to int for the multiplications that matter: 8-bit products fit in it exactly).
-template <typename T>
-using WrapUnsigned = typename Conditional<(sizeof(T) <= 4), unsigned int, unsigned long long>::type;
-
-SYMCOMM_DEVICE bool sign_bit(float v) { return (float_as_bits(v) >> 31) != 0; }
-SYMCOMM_DEVICE bool sign_bit(double v) { return (double_as_bits(v) >> 63) != 0; }
-
-/// fminf semantics (NaN ignored unless both are NaN), with -0 < +0.
-template <typename F>
-SYMCOMM_DEVICE F float_min(F a, F b) {
-    if (b != b) return a;
-    if (a != a) return b;
-    if (a == b) return sign_bit(a) ? a : b;
-    return b < a ? b : a;
-}
-
-/// fmaxf semantics (NaN ignored unless both are NaN), with -0 < +0.
-template <typename F>
-SYMCOMM_DEVICE F float_max(F a, F b) {
-    if (b != b) return a;
-    if (a != a) return b;
-    if (a == b) return sign_bit(a) ? b : a;
-    return b > a ? b : a;
-}
-
-/// `a (op) b` in accumulation type `A` (Avg combines as Sum).
-template <RedOp Op, typename A>
-SYMCOMM_DEVICE A combine(A a, A b) {
-    constexpr bool is_float = TypeTraits<A>::is_float;
-    if constexpr (Op == RedOp::Sum || Op == RedOp::Avg) {
-        if constexpr (is_float) {
-            return a + b;
-        } else {
-            using U = WrapUnsigned<A>;
-            return static_cast<A>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
-        }
-    } else if constexpr (Op == RedOp::Prod) {
-        if constexpr (is_float) {
-            return a * b;
-        } else {
-            using U = WrapUnsigned<A>;
-            return static_cast<A>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
-        }
-    } else if constexpr (Op == RedOp::Min) {
-        if constexpr (is_float) {
-            return float_min(a, b);
-        } else {
-            return b < a ? b : a;
-        }
-    } else {
-        static_assert(Op == RedOp::Max, "unknown RedOp");
-        if constexpr (is_float) {
-            return float_max(a, b);
-        } else {
-            return b > a ? b : a;
-        }
-    }
-}
-
-/// `sum / n` for Avg: floating point in the accumulation type; integers truncating toward zero.
-template <typename A>
-SYMCOMM_DEVICE A average(A sum, uint32_t n) {
-    if constexpr (TypeTraits<A>::is_float) {
-        return sum / static_cast<A>(n);
-    } else if constexpr (static_cast<A>(-1) < static_cast<A>(0)) {
-        return static_cast<A>(static_cast<long long>(sum) / static_cast<long long>(n));
-    } else {
-        return static_cast<A>(static_cast<unsigned long long>(sum) / static_cast<unsigned long long>(n));
-    }
-}
-
-}  // namespace detail
+SYMCOMM_DEVICE constexpr const char* redop_name(RedOp op);
 
 /// Reduces values of element type `T` with `Op`: call `first` once, `add` for each further input,
 /// then `result`. The running value is `acc` (type `acc_t<T>`), public so that partial results can
-/// be combined (`acc = detail::combine<Op>(acc, other.acc)`); it starts at zero (so that a
-/// compiler never sees an uninitialised read; `first` overwrites it, and the dead store costs
-/// nothing). Per-thread, in registers; every function is called by the one thread that owns it.
+/// be combined (`acc = detail::combine<Op>(acc, other.acc)`, impl/reduce.cuh); it starts at zero
+/// (so that a compiler never sees an uninitialised read; `first` overwrites it, and the dead store
+/// costs nothing). Per-thread, in registers; every function is called by the one thread that owns
+/// it.
 template <typename T, RedOp Op>
 struct Accumulator {
     using Acc = acc_t<T>;
     Acc acc{};
 
     /// Starts the reduction with the first input (converted to the accumulation type, exactly).
-    SYMCOMM_DEVICE void first(T v) { acc = TypeTraits<T>::to_acc(v); }
+    SYMCOMM_DEVICE void first(T v);
 
     /// Folds in the next input. Pre: `first` was called.
-    SYMCOMM_DEVICE void add(T v) { acc = detail::combine<Op>(acc, TypeTraits<T>::to_acc(v)); }
+    SYMCOMM_DEVICE void add(T v);
 
     /// The reduction of every input so far, rounded once to `T`. `nranks` is the divisor of Avg
     /// (the number of inputs, normally the team size) and is ignored by the other operators.
     /// Pre: `first` was called; for Avg, nranks >= 1.
-    SYMCOMM_DEVICE T result(uint32_t nranks) const {
-        if constexpr (Op == RedOp::Avg) {
-            return TypeTraits<T>::from_acc(detail::average(acc, nranks));
-        } else {
-            (void)nranks;
-            return TypeTraits<T>::from_acc(acc);
-        }
-    }
+    SYMCOMM_DEVICE T result(uint32_t nranks) const;
 };
 
 // ---- 16-byte packs ---------------------------------------------------------------------------
@@ -191,36 +85,18 @@ union alignas(16) Pack16 {
 };
 
 /// True iff `p` is 16-byte aligned, i.e. a valid argument of load_pack / store_pack. Any thread.
-SYMCOMM_DEVICE bool pack_aligned(const void* p) { return (reinterpret_cast<uint64_t>(p) & 15u) == 0; }
+SYMCOMM_DEVICE bool pack_aligned(const void* p);
 
 /// Loads the 16 bytes at `p` with one vector load (`ld.v4.u32`, generic addressing: global memory
 /// of this or a peer GPU, or shared memory). A plain (weak) load: order it after the peer's
 /// signal with the acquire of a wait/barrier. Pre: pack_aligned(p). Any thread, for its own pack.
 template <typename T>
-SYMCOMM_DEVICE Pack16<T> load_pack(const T* p) {
-    Pack16<T> r;
-#if defined(SYMCOMM_EMU)
-    __builtin_memcpy(&r, p, sizeof r);
-#else
-    const uint4 v = *reinterpret_cast<const uint4*>(p);
-    r.w[0] = v.x;
-    r.w[1] = v.y;
-    r.w[2] = v.z;
-    r.w[3] = v.w;
-#endif
-    return r;
-}
+SYMCOMM_DEVICE Pack16<T> load_pack(const T* p);
 
 /// Stores `v` to the 16 bytes at `p` with one 16-byte vector store; a plain (weak) store,
 /// made visible to peers by a later release (signal/barrier). Pre: pack_aligned(p). Any thread.
 template <typename T>
-SYMCOMM_DEVICE void store_pack(T* p, const Pack16<T>& v) {
-#if defined(SYMCOMM_EMU)
-    __builtin_memcpy(p, &v, sizeof v);
-#else
-    *reinterpret_cast<uint4*>(p) = make_uint4(v.w[0], v.w[1], v.w[2], v.w[3]);
-#endif
-}
+SYMCOMM_DEVICE void store_pack(T* p, const Pack16<T>& v);
 
 /// Element-wise Accumulator over packs: `first(pack)`, `add(pack)` for each further pack,
 /// `result(nranks)` rounds each element once. N accumulators in registers (fp8: 16 floats).
@@ -231,24 +107,13 @@ struct PackAccumulator {
     Accumulator<T, Op> a[16 / sizeof(T)];
 
     /// Starts every element's reduction with `p`'s element.
-    SYMCOMM_DEVICE void first(const Pack16<T>& p) {
-        SYMCOMM_REDUCE_UNROLL_
-        for (uint32_t i = 0; i < N; ++i) a[i].first(p.e[i]);
-    }
+    SYMCOMM_DEVICE void first(const Pack16<T>& p);
 
     /// Folds in the next pack. Pre: `first` was called.
-    SYMCOMM_DEVICE void add(const Pack16<T>& p) {
-        SYMCOMM_REDUCE_UNROLL_
-        for (uint32_t i = 0; i < N; ++i) a[i].add(p.e[i]);
-    }
+    SYMCOMM_DEVICE void add(const Pack16<T>& p);
 
     /// Element-wise results (see Accumulator::result). Pre: `first` was called.
-    SYMCOMM_DEVICE Pack16<T> result(uint32_t nranks) const {
-        Pack16<T> r;
-        SYMCOMM_REDUCE_UNROLL_
-        for (uint32_t i = 0; i < N; ++i) r.e[i] = a[i].result(nranks);
-        return r;
-    }
+    SYMCOMM_DEVICE Pack16<T> result(uint32_t nranks) const;
 };
 
 /// Reduces `packs[0..k)` element-wise with `Op`, in index order, rounding each element once;
@@ -257,43 +122,16 @@ struct PackAccumulator {
 /// back. With a run-time `k` the array goes to local memory; use reduce_packs_from instead.
 /// Pre: k >= 1 (nranks >= 1 for Avg). Called by one thread for its own pack.
 template <typename T, RedOp Op>
-SYMCOMM_DEVICE Pack16<T> reduce_packs(const Pack16<T>* packs, uint32_t k, uint32_t nranks) {
-    PackAccumulator<T, Op> acc;
-    acc.first(packs[0]);
-    SYMCOMM_REDUCE_UNROLL_
-    for (uint32_t j = 1; j < k; ++j) acc.add(packs[j]);
-    return acc.result(nranks);
-}
+SYMCOMM_DEVICE Pack16<T> reduce_packs(const Pack16<T>* packs, uint32_t k, uint32_t nranks);
 
 /// Reduces the packs `load(0), load(1), ..., load(k - 1)` (called in that order, e.g.
 /// `[&](uint32_t j) { return load_pack(src[j] + i); }`) element-wise with `Op`, rounding each element
 /// once; nothing but the N accumulators stays live. Pre: k >= 1 (nranks >= 1 for Avg). Called by
 /// one thread for its own pack.
 template <typename T, RedOp Op, typename Load>
-SYMCOMM_DEVICE Pack16<T> reduce_packs_from(uint32_t k, uint32_t nranks, Load&& load) {
-    PackAccumulator<T, Op> acc;
-    acc.first(load(0u));
-    for (uint32_t j = 1; j < k; ++j) acc.add(load(j));
-    return acc.result(nranks);
-}
+SYMCOMM_DEVICE Pack16<T> reduce_packs_from(uint32_t k, uint32_t nranks, Load&& load);
 
 // ---- Run-time dispatch -----------------------------------------------------------------------
-
-namespace detail {
-
-template <template <typename, RedOp> class F, typename T, typename... Args>
-SYMCOMM_DEVICE bool dispatch_op(RedOp op, Args&&... args) {
-    switch (op) {
-        case RedOp::Sum: F<T, RedOp::Sum>::run(static_cast<Args&&>(args)...); return true;
-        case RedOp::Prod: F<T, RedOp::Prod>::run(static_cast<Args&&>(args)...); return true;
-        case RedOp::Min: F<T, RedOp::Min>::run(static_cast<Args&&>(args)...); return true;
-        case RedOp::Max: F<T, RedOp::Max>::run(static_cast<Args&&>(args)...); return true;
-        case RedOp::Avg: F<T, RedOp::Avg>::run(static_cast<Args&&>(args)...); return true;
-    }
-    return false;
-}
-
-}  // namespace detail
 
 /// Calls `F<T, Op>::run(args...)` for the element type `T = type_of_t<dt>` and operator `op`
 /// given at run time (e.g. codes a kernel received from the host), forwarding `args` (results go
@@ -315,23 +153,7 @@ SYMCOMM_DEVICE bool dispatch_op(RedOp op, Args&&... args) {
 /// pair its own kernel with SYMCOMM_FOR_EACH_DTYPE_OP and choose the kernel by name on the host.
 /// Every thread that calls it takes the same branch when the codes are uniform (no divergence).
 template <template <typename, RedOp> class F, typename... Args>
-SYMCOMM_DEVICE bool dispatch(DataType dt, RedOp op, Args&&... args) {
-    switch (dt) {
-        case DataType::F32: return detail::dispatch_op<F, float>(op, static_cast<Args&&>(args)...);
-        case DataType::F64: return detail::dispatch_op<F, double>(op, static_cast<Args&&>(args)...);
-        case DataType::F16: return detail::dispatch_op<F, half_t>(op, static_cast<Args&&>(args)...);
-        case DataType::BF16: return detail::dispatch_op<F, bfloat16_t>(op, static_cast<Args&&>(args)...);
-        case DataType::Fp8E4M3: return detail::dispatch_op<F, fp8_e4m3_t>(op, static_cast<Args&&>(args)...);
-        case DataType::Fp8E5M2: return detail::dispatch_op<F, fp8_e5m2_t>(op, static_cast<Args&&>(args)...);
-        case DataType::I8: return detail::dispatch_op<F, signed char>(op, static_cast<Args&&>(args)...);
-        case DataType::U8: return detail::dispatch_op<F, unsigned char>(op, static_cast<Args&&>(args)...);
-        case DataType::I32: return detail::dispatch_op<F, int>(op, static_cast<Args&&>(args)...);
-        case DataType::U32: return detail::dispatch_op<F, unsigned int>(op, static_cast<Args&&>(args)...);
-        case DataType::I64: return detail::dispatch_op<F, long long>(op, static_cast<Args&&>(args)...);
-        case DataType::U64: return detail::dispatch_op<F, unsigned long long>(op, static_cast<Args&&>(args)...);
-    }
-    return false;
-}
+SYMCOMM_DEVICE bool dispatch(DataType dt, RedOp op, Args&&... args);
 
 }  // namespace symcomm
 
@@ -366,4 +188,4 @@ SYMCOMM_DEVICE bool dispatch(DataType dt, RedOp op, Args&&... args) {
     SYMCOMM_FOR_EACH_OP_(X, long long, i64)                                                       \
     SYMCOMM_FOR_EACH_OP_(X, unsigned long long, u64)
 
-#undef SYMCOMM_REDUCE_UNROLL_
+#include <symcomm/impl/reduce.cuh>

@@ -33,9 +33,7 @@ namespace symcomm {
 /// Returns Ok, or InvalidArgument (recorded: op SYMCOMM_OP_SIGNAL, detail `peer << 32 | word`,
 /// nothing added) unless peer < comm.nranks and word < SYMCOMM_USER_SIGNAL_END.
 template <Scope S = Scope::Sys>
-SYMCOMM_DEVICE Status semaphore_signal(Thread t, const DevComm& comm, uint32_t peer, uint32_t word) {
-    return signal_add<S>(t, comm, peer, word, 1);
-}
+SYMCOMM_DEVICE Status semaphore_signal(Thread t, const DevComm& comm, uint32_t peer, uint32_t word);
 
 /// Waits for the next signal of `peer` on the semaphore `word`: increments this rank's expected
 /// count `*expected` and waits until the signal word `word` that this rank reserves for `peer`
@@ -55,16 +53,8 @@ SYMCOMM_DEVICE Status semaphore_signal(Thread t, const DevComm& comm, uint32_t p
 /// peer, detail the awaited count); at once an earlier recorded error's status; InvalidArgument
 /// as signal_wait_until (nothing read, `*expected` unchanged).
 template <Scope S = Scope::Sys, typename Group>
-SYMCOMM_DEVICE Status semaphore_wait(Group g, const DevComm& comm, uint32_t peer, uint32_t word, uint64_t* expected) {
-    Status s = Status::Ok;
-    if (g.thread_rank() == 0) {
-        // Private to this thread while it runs (one waiter per counter) and ordered across
-        // launches by the kernel boundary: relaxed accesses suffice.
-        const uint64_t target = ld_relaxed<Scope::Gpu>(expected) + 1;
-        s = signal_wait_until<S>(Thread{}, comm, peer, word, target);
-        if (s == Status::Ok) st_relaxed<Scope::Gpu>(expected, target);
-    }
-    return detail::group_status_ordered(g, s);
-}
+SYMCOMM_DEVICE Status semaphore_wait(Group g, const DevComm& comm, uint32_t peer, uint32_t word, uint64_t* expected);
 
 }  // namespace symcomm
+
+#include <symcomm/impl/semaphore.cuh>

@@ -10,7 +10,8 @@
 // [0, SYMCOMM_USER_SIGNAL_END) only and refuse any other word (and a peer outside the team) with
 // Status::InvalidArgument, touching nothing: the words above belong to barriers and send/recv
 // (abi.h), and a stray user signal there would corrupt their epochs. The library's own code
-// (barrier.cuh, the built-in kernels) reaches its words through the unchecked detail:: functions.
+// (barrier.cuh, the built-in kernels) reaches its words through the unchecked detail:: functions
+// of impl/signal.cuh.
 //
 // Waits come for one thread (`signal_wait_until(Thread, ...)`) and for a Warp or a Cta: one
 // thread polls and the group's vote hands the status and the acquired writes to every thread.
@@ -38,49 +39,18 @@ enum class Status : uint32_t {
     InvalidArgument = SYMCOMM_STATUS_INVALID_ARGUMENT,
 };
 
-namespace detail {
-
-/// Address of signal word `word` that rank `owner` reserves for writes from rank `from`; no range
-/// check (the library's own words: barriers, send/recv). Pre: owner, from < comm.nranks;
-/// word < comm.signal_words.
-SYMCOMM_DEVICE uint64_t* signal_word(const DevComm& comm, uint32_t owner, uint32_t from, uint32_t word) {
-    uint64_t addr = comm.signal_base + owner * comm.signal_stride +
-                    (uint64_t(from) * comm.signal_words + word) * sizeof(uint64_t);
-    return reinterpret_cast<uint64_t*>(addr);
-}
-
-}  // namespace detail
-
 /// Records `status` as this rank's first error (later errors are dropped), with the peer, the
 /// operation (SYMCOMM_OP_*) and a detail word. Any thread may call it; it never blocks.
 SYMCOMM_DEVICE void record_error(Thread, const DevComm& comm, Status status, uint32_t peer, uint32_t op,
-                                 uint64_t detail) {
-    ErrorRecord* rec = reinterpret_cast<ErrorRecord*>(comm.error);
-    if (rec == nullptr) return;
-    if (atomic_cas_acq_rel<Scope::Sys>(&rec->status, SYMCOMM_STATUS_OK, uint32_t(status)) == SYMCOMM_STATUS_OK) {
-        // The host reads these fields only after the kernel finished (stream order), so plain
-        // relaxed stores after winning the CAS are enough.
-        st_relaxed<Scope::Sys>(&rec->rank, comm.rank);
-        st_relaxed<Scope::Sys>(&rec->peer, peer);
-        st_relaxed<Scope::Sys>(&rec->op, op);
-        st_relaxed<Scope::Sys>(&rec->detail, detail);
-        st_relaxed<Scope::Sys>(&rec->time_ns, globaltimer_ns());
-    }
-}
+                                 uint64_t detail);
 
 /// The status of this rank's first recorded error (Ok while none was recorded). A relaxed load:
 /// the status is all a wait needs to give up, and the host reads the other fields only after
 /// the kernel finished.
-SYMCOMM_DEVICE Status recorded_error(const DevComm& comm) {
-    const ErrorRecord* rec = reinterpret_cast<const ErrorRecord*>(comm.error);
-    return rec == nullptr ? Status::Ok : Status(ld_relaxed<Scope::Sys>(&rec->status));
-}
+SYMCOMM_DEVICE Status recorded_error(const DevComm& comm);
 
 /// True once the host (or a peer's failure handling) raised the communicator's abort flag.
-SYMCOMM_DEVICE bool abort_requested(const DevComm& comm) {
-    const uint32_t* flag = reinterpret_cast<const uint32_t*>(comm.abort_flag);
-    return flag != nullptr && ld_relaxed<Scope::Sys>(flag) != 0;
-}
+SYMCOMM_DEVICE bool abort_requested(const DevComm& comm);
 
 /// Polls the 64-bit word `p` with acquire loads until `done(value)` holds; the bounded wait
 /// under every symcomm wait. Called by one thread. Returns Ok (with `seen` = the value that
@@ -91,78 +61,7 @@ SYMCOMM_DEVICE bool abort_requested(const DevComm& comm) {
 /// the failed one must not each wait out a full deadline.
 template <Scope S, typename Done>
 SYMCOMM_DEVICE Status poll_until(Thread t, const DevComm& comm, const uint64_t* p, Done done, uint32_t peer,
-                                 uint32_t op, uint64_t detail, uint64_t& seen) {
-    // The abort flag and the error record are host-mapped (a PCIe round trip per read on a GPU),
-    // so they are read on the first miss and then once every kFlagSpins spins, not every spin;
-    // the deadline is checked every spin (the timer is local).
-    constexpr uint32_t kFlagSpins = 64;
-#if SYMCOMM_PLANTED_BUG == 3  // planted bug 3: the wait polls with relaxed loads instead of acquires
-    seen = ld_relaxed<S>(p);
-#else
-    seen = ld_acquire<S>(p);
-#endif
-    if (done(seen)) return Status::Ok;
-    const uint64_t start = globaltimer_ns();
-    for (uint32_t spins = 0;; ++spins) {
-        if (spins % kFlagSpins == 0) {
-            if (abort_requested(comm)) {
-                record_error(t, comm, Status::Aborted, peer, op, detail);
-                return Status::Aborted;
-            }
-            const Status first = recorded_error(comm);
-            if (first != Status::Ok) return first;
-        }
-#if SYMCOMM_PLANTED_BUG == 3  // planted bug 3 (as above)
-        seen = ld_relaxed<S>(p);
-#else
-        seen = ld_acquire<S>(p);
-#endif
-        if (done(seen)) return Status::Ok;
-        if (globaltimer_ns() - start > comm.timeout_ns) {
-            record_error(t, comm, Status::Timeout, peer, op, detail);
-            return Status::Timeout;
-        }
-        backoff(spins < 64 ? 32 : 256);
-    }
-}
-
-namespace detail {
-
-/// Release-stores `value` into the signal word `word` that `peer` reserves for this rank, with no
-/// range check (signal_set's store, also used for the library's own words).
-template <Scope S>
-SYMCOMM_DEVICE void signal_store(const DevComm& comm, uint32_t peer, uint32_t word, uint64_t value) {
-#if SYMCOMM_PLANTED_BUG == 7  // planted bug 7: signal with a relaxed store instead of a release
-    st_relaxed<S>(signal_word(comm, peer, comm.rank, word), value);
-#else
-    st_release<S>(signal_word(comm, peer, comm.rank, word), value);
-#endif
-}
-
-/// Waits until the signal word `word` that this rank reserves for `peer` holds >= `value`, with no
-/// range check (signal_wait_until's wait, also used for the library's own words).
-template <Scope S>
-SYMCOMM_DEVICE Status signal_wait_word(Thread t, const DevComm& comm, uint32_t peer, uint32_t word,
-                                       uint64_t value) {
-    uint64_t seen;
-    return poll_until<S>(t, comm, signal_word(comm, comm.rank, peer, word),
-                         [value](uint64_t v) { return v >= value; }, peer, SYMCOMM_OP_SIGNAL_WAIT, value, seen);
-}
-
-/// Whether `peer` and `word` name a users' signal word: peer < comm.nranks and word <
-/// SYMCOMM_USER_SIGNAL_END.
-SYMCOMM_DEVICE bool is_user_signal(const DevComm& comm, uint32_t peer, uint32_t word) {
-    return peer < comm.nranks && word < SYMCOMM_USER_SIGNAL_END;
-}
-
-/// Records the refusal of a users' signal call (`op`) on `peer` / `word` that is not
-/// is_user_signal: InvalidArgument, detail `peer << 32 | word`. Returns InvalidArgument.
-SYMCOMM_DEVICE Status refuse_signal(Thread t, const DevComm& comm, uint32_t peer, uint32_t word, uint32_t op) {
-    record_error(t, comm, Status::InvalidArgument, comm.rank, op, (uint64_t(peer) << 32) | word);
-    return Status::InvalidArgument;
-}
-
-}  // namespace detail
+                                 uint32_t op, uint64_t detail, uint64_t& seen);
 
 /// Signals `peer`: release-stores `value` into the signal word `word` that `peer` reserves for
 /// this rank. Called by one thread. Everything this thread wrote before (and, cumulatively, what
@@ -172,11 +71,7 @@ SYMCOMM_DEVICE Status refuse_signal(Thread t, const DevComm& comm, uint32_t peer
 /// Returns Ok, or InvalidArgument (recorded: op SYMCOMM_OP_SIGNAL, detail `peer << 32 | word`,
 /// nothing stored) unless peer < comm.nranks and word < SYMCOMM_USER_SIGNAL_END.
 template <Scope S = Scope::Sys>
-SYMCOMM_DEVICE Status signal_set(Thread t, const DevComm& comm, uint32_t peer, uint32_t word, uint64_t value) {
-    if (!detail::is_user_signal(comm, peer, word)) return detail::refuse_signal(t, comm, peer, word, SYMCOMM_OP_SIGNAL);
-    detail::signal_store<S>(comm, peer, word, value);
-    return Status::Ok;
-}
+SYMCOMM_DEVICE Status signal_set(Thread t, const DevComm& comm, uint32_t peer, uint32_t word, uint64_t value);
 
 /// Signals `peer` by adding: release-adds `delta` to the signal word `word` that `peer` reserves
 /// for this rank (an atomic read-modify-write, so several threads or CTAs of this rank may add to
@@ -185,12 +80,7 @@ SYMCOMM_DEVICE Status signal_set(Thread t, const DevComm& comm, uint32_t peer, u
 /// Returns Ok, or InvalidArgument as signal_set does (nothing added, `*previous` untouched).
 template <Scope S = Scope::Sys>
 SYMCOMM_DEVICE Status signal_add(Thread t, const DevComm& comm, uint32_t peer, uint32_t word, uint64_t delta,
-                                 uint64_t* previous = nullptr) {
-    if (!detail::is_user_signal(comm, peer, word)) return detail::refuse_signal(t, comm, peer, word, SYMCOMM_OP_SIGNAL);
-    const uint64_t old = atomic_add_release<S>(detail::signal_word(comm, peer, comm.rank, word), delta);
-    if (previous != nullptr) *previous = old;
-    return Status::Ok;
-}
+                                 uint64_t* previous = nullptr);
 
 /// Waits until the signal word `word` that this rank reserves for `peer` holds a value >= `value`.
 /// Called by one thread. Returns Status::Ok with acquire ordering (the peer's writes before its
@@ -199,53 +89,14 @@ SYMCOMM_DEVICE Status signal_add(Thread t, const DevComm& comm, uint32_t peer, u
 /// nothing read) unless peer < comm.nranks and word < SYMCOMM_USER_SIGNAL_END.
 template <Scope S = Scope::Sys>
 SYMCOMM_DEVICE Status signal_wait_until(Thread t, const DevComm& comm, uint32_t peer, uint32_t word,
-                                        uint64_t value) {
-    if (!detail::is_user_signal(comm, peer, word)) {
-        return detail::refuse_signal(t, comm, peer, word, SYMCOMM_OP_SIGNAL_WAIT);
-    }
-    return detail::signal_wait_word<S>(t, comm, peer, word, value);
-}
+                                        uint64_t value);
 
 /// Combines the statuses of a group's threads (a collective call of the group, which it also
 /// synchronizes): Ok when every thread had Ok, else the most specific failure any thread saw
 /// (Mismatch, then AbiMismatch, InvalidArgument, Aborted, Timeout). The fast path is one
 /// group-wide vote.
 template <typename Group>
-SYMCOMM_DEVICE Status group_status(Group g, Status s) {
-    if (!g.any(s != Status::Ok)) return Status::Ok;
-    if (g.any(s == Status::Mismatch)) return Status::Mismatch;
-    if (g.any(s == Status::AbiMismatch)) return Status::AbiMismatch;
-    if (g.any(s == Status::InvalidArgument)) return Status::InvalidArgument;
-    if (g.any(s == Status::Aborted)) return Status::Aborted;
-    return Status::Timeout;
-}
-
-namespace detail {
-
-/// Orders memory after a group's vote where the vote itself does not: a warp vote
-/// (`__any_sync`) exchanges predicates but is no memory barrier, so a Warp also runs `__syncwarp()`;
-/// a CTA's vote is `__syncthreads_or`, which orders memory like `__syncthreads()`; a Thread has
-/// nothing to order.
-template <typename Group>
-SYMCOMM_DEVICE void order_after_vote(Group) {}
-SYMCOMM_DEVICE void order_after_vote(Warp w) {
-#if SYMCOMM_PLANTED_BUG == 10  // planted bug 10: trust the warp vote to order memory (no __syncwarp)
-    (void)w;
-#else
-    w.sync();
-#endif
-}
-
-/// group_status followed by order_after_vote: on return every thread of the group sees what any
-/// of its threads saw before the call (in particular what one thread acquired).
-template <typename Group>
-SYMCOMM_DEVICE Status group_status_ordered(Group g, Status s) {
-    const Status all = group_status(g, s);
-    order_after_vote(g);
-    return all;
-}
-
-}  // namespace detail
+SYMCOMM_DEVICE Status group_status(Group g, Status s);
 
 /// Group form of signal_wait_until: waits until the signal word `word` that this rank reserves
 /// for `peer` holds a value >= `value`.
@@ -262,11 +113,7 @@ SYMCOMM_DEVICE Status group_status_ordered(Group g, Status s) {
 /// Aborted, an earlier recorded error's status, or InvalidArgument for a word outside
 /// [0, SYMCOMM_USER_SIGNAL_END) or a peer outside the team), recorded once.
 template <Scope S = Scope::Sys, typename Group>
-SYMCOMM_DEVICE Status signal_wait_until(Group g, const DevComm& comm, uint32_t peer, uint32_t word, uint64_t value) {
-    Status s = Status::Ok;
-    if (g.thread_rank() == 0) s = signal_wait_until<S>(Thread{}, comm, peer, word, value);
-    return detail::group_status_ordered(g, s);
-}
+SYMCOMM_DEVICE Status signal_wait_until(Group g, const DevComm& comm, uint32_t peer, uint32_t word, uint64_t value);
 
 /// Records a user kernel's own error in this rank's ErrorRecord (first error wins, as for the
 /// library's): op SYMCOMM_OP_USER, detail `code << 32 | value`, with the given `status` and
@@ -278,9 +125,8 @@ SYMCOMM_DEVICE Status signal_wait_until(Group g, const DevComm& comm, uint32_t p
 /// Who calls: any thread; it never blocks. Pre: status != Status::Ok (an Ok status records
 /// nothing: it is not an error).
 SYMCOMM_DEVICE void record_user_error(Thread t, const DevComm& comm, Status status, uint32_t peer, uint32_t code,
-                                      uint32_t value = 0) {
-    if (status == Status::Ok) return;
-    record_error(t, comm, status, peer, SYMCOMM_OP_USER, (uint64_t(code) << 32) | value);
-}
+                                      uint32_t value = 0);
 
 }  // namespace symcomm
+
+#include <symcomm/impl/signal.cuh>

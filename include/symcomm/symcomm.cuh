@@ -3,7 +3,10 @@
 //     #include <symcomm/symcomm.cuh>
 //
 // Handles (`DevComm`, `WindowHandleRaw`) come from the host by value as kernel arguments
-// (abi.h). Headers, one per concept:
+// (abi.h). Headers, one per concept, each holding declarations and their contracts (who calls,
+// pre/post-conditions, ordering, returns); the inline definitions are in impl/, which each header
+// includes at its end (PTX and emulator variants in separate files, e.g. impl/memory_ptx.cuh and
+// impl/memory_emu.cuh, chosen by one #if):
 //   config.cuh   compiler detection (nvcc, NVRTC, emulator), SYMCOMM_DEVICE, SYMCOMM_EMU_KERNEL
 //   group.cuh    cooperating groups (first argument of every primitive)
 //   memory.cuh   acquire/release/relaxed loads, stores and atomics at .gpu/.sys scope; clocks

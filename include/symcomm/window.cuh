@@ -20,9 +20,7 @@ namespace symcomm {
 
 /// Address of byte `offset` in rank `peer`'s copy of the window (flat layout: one multiply-add).
 /// Pre: peer < win.nranks, offset <= win.bytes (not checked). Any thread may call it.
-SYMCOMM_DEVICE void* peer_ptr(const WindowHandleRaw& win, uint32_t peer, uint64_t offset) {
-    return reinterpret_cast<void*>(win.base + peer * win.stride + offset);
-}
+SYMCOMM_DEVICE void* peer_ptr(const WindowHandleRaw& win, uint32_t peer, uint64_t offset);
 
 /// A window of elements of type `T` (the typed view of `WindowHandleRaw`, which is what kernels
 /// receive from the host). Plain data; pass it by value.
@@ -34,41 +32,34 @@ template <typename T>
 struct WindowHandle {
     WindowHandleRaw raw;
 
-    SYMCOMM_DEVICE explicit WindowHandle(const WindowHandleRaw& r) : raw(r) {}
+    SYMCOMM_DEVICE explicit WindowHandle(const WindowHandleRaw& r);
 
     /// Element `index` of rank `peer`'s copy. Pre: peer < nranks(), index <= count() (not
     /// checked; see `fits`).
-    SYMCOMM_DEVICE T* peer_ptr(uint32_t peer, uint64_t index) const {
-        return reinterpret_cast<T*>(raw.base + peer * raw.stride + index * sizeof(T));
-    }
+    SYMCOMM_DEVICE T* peer_ptr(uint32_t peer, uint64_t index) const;
     /// Element `index` of this rank's copy.
-    SYMCOMM_DEVICE T* local_ptr(uint64_t index) const { return peer_ptr(raw.rank, index); }
+    SYMCOMM_DEVICE T* local_ptr(uint64_t index) const;
     /// Elements per rank.
-    SYMCOMM_DEVICE uint64_t count() const { return raw.bytes / sizeof(T); }
+    SYMCOMM_DEVICE uint64_t count() const;
     /// Ranks sharing the window.
-    SYMCOMM_DEVICE uint32_t nranks() const { return raw.nranks; }
+    SYMCOMM_DEVICE uint32_t nranks() const;
     /// The rank this handle belongs to.
-    SYMCOMM_DEVICE uint32_t rank() const { return raw.rank; }
+    SYMCOMM_DEVICE uint32_t rank() const;
 
     /// Whether elements of T may address the window: its element size is sizeof(T), or it is a
     /// byte window (`elem_size` 1: staging buffers, `Window<u8>`), which any T may view. An
     /// element size of 0 (a handle not built by the host library) holds nothing.
-    SYMCOMM_DEVICE bool holds() const { return raw.elem_size == sizeof(T) || raw.elem_size == 1; }
+    SYMCOMM_DEVICE bool holds() const;
     /// Whether the window may hold elements of type code `dtype` (SYMCOMM_DTYPE_*): its own code,
     /// or SYMCOMM_DTYPE_NONE (elements of no collective type: the caller says what they are).
-    SYMCOMM_DEVICE bool holds_dtype(uint32_t dtype) const {
-        return raw.dtype == SYMCOMM_DTYPE_NONE || raw.dtype == dtype;
-    }
+    SYMCOMM_DEVICE bool holds_dtype(uint32_t dtype) const;
     /// Whether `blocks` consecutive blocks of `n` elements from element `index`, i.e. elements
     /// [index, index + blocks * n), lie inside each rank's copy. Exact for every argument: a
     /// product or sum that would wrap around 2^64 does not fit. An empty range (nothing is
     /// accessed) fits at any index, as NCCL accepts any buffer for a count of 0.
-    SYMCOMM_DEVICE bool fits(uint64_t index, uint64_t n, uint64_t blocks = 1) const {
-        if (n == 0 || blocks == 0) return true;
-        const uint64_t cap = count();
-        if (n > cap / blocks) return false;
-        return index <= cap && n * blocks <= cap - index;
-    }
+    SYMCOMM_DEVICE bool fits(uint64_t index, uint64_t n, uint64_t blocks = 1) const;
 };
 
 }  // namespace symcomm
+
+#include <symcomm/impl/window.cuh>

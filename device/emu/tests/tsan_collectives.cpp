@@ -1,5 +1,5 @@
 // ThreadSanitizer run of the built-in collective kernels (`symcomm_collective_<dtype>`,
-// include/symcomm/collective_kernel.cuh) on the emulator: every collective kind, out of place and
+// device/kernels/collective_kernel.cuh) on the emulator: every collective kind, out of place and
 // in place (NCCL's conventions, see the top of collectives.cuh), grid scope and CTA scope with 2
 // CTAs each, ranks {2, 3, 4}, f32 and u8, counts and offsets that give 16-byte vector bodies and
 // scalar heads and tails, checked exactly (every byte of each output window: outputs equal the

@@ -10,6 +10,10 @@
 // as every collective (collectives.cuh), each CTA refuses before any access a range outside its
 // windows — at CTA scope, its own tile (offsets + b * tile_stride) — and windows whose element
 // type is not args.dtype's.
+//
+// Private to the built-in kernels (collectives_*.cu include it as "collective_kernel.cuh"), not
+// part of the public device API in include/symcomm/. The root build.rs adds device/kernels as an
+// include directory so that the header is embedded for NVRTC too.
 #pragma once
 
 #include <symcomm/symcomm.cuh>

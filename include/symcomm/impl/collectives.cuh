@@ -1,0 +1,423 @@
+// Inline definitions of <symcomm/collectives.cuh> (included at its end): how CTAs split the
+// elements (detail::part_of), work items (a scalar head, 16-byte packs, a scalar tail), the entry
+// checks, and the collectives' barrier sequences.
+#pragma once
+
+namespace symcomm {
+
+namespace detail {
+
+SYMCOMM_DEVICE uint32_t linear_block_index() { return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z); }
+SYMCOMM_DEVICE uint32_t grid_blocks() { return gridDim.x * gridDim.y * gridDim.z; }
+SYMCOMM_DEVICE uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+/// The elements [lo, hi) of [begin, end) this CTA handles, and its barrier index. Grid scope cuts
+/// at multiples of `quantum` elements (a pack) so that parts stay vector-aligned.
+struct Part {
+    uint64_t lo, hi;
+    uint32_t slot;
+};
+
+SYMCOMM_DEVICE Part part_of(CollScope s, uint64_t begin, uint64_t end, uint32_t quantum) {
+    if (!s.grid) return Part{begin, end, s.index};
+    const uint64_t n = end - begin;
+    const uint64_t g = grid_blocks();
+    const uint64_t per = ((n + quantum - 1) / quantum + g - 1) / g * quantum;
+    const uint64_t lo = min_u64(uint64_t(linear_block_index()) * per, n);
+    return Part{begin + lo, begin + min_u64(lo + per, n), s.index + linear_block_index()};
+}
+
+/// Two-shot all-reduce: the share [lo, hi) of [0, count) that rank q reduces.
+template <typename T>
+SYMCOMM_DEVICE Range two_shot_share(uint32_t nranks, uint64_t count, uint32_t q) {
+    const uint32_t P = Pack16<T>::N;
+    const uint64_t block = ((count + P - 1) / P + nranks - 1) / nranks * P;
+    const uint64_t lo = min_u64(uint64_t(q) * block, count);
+    return Range{lo, min_u64(lo + block, count)};
+}
+
+/// A range of elements cut into work items: a scalar head up to the first 16-byte boundary,
+/// whole 16-byte packs, a scalar tail. Item k is one element or one pack.
+template <typename T>
+struct Items {
+    static constexpr uint32_t P = Pack16<T>::N;
+    uint64_t lo, head, packs, tail;
+
+    /// `vec`: every buffer involved has the same address phase mod 16 (else all scalar);
+    /// `ref_addr`: the address of element `lo` in one of them.
+    SYMCOMM_DEVICE Items(uint64_t lo_, uint64_t hi, bool vec, uint64_t ref_addr) : lo(lo_) {
+        const uint64_t n = hi - lo_;
+        head = vec ? min_u64(n, ((16u - (ref_addr & 15u)) & 15u) / sizeof(T)) : n;
+        packs = (n - head) / P;
+        tail = n - head - packs * P;
+    }
+    SYMCOMM_DEVICE uint64_t total() const { return head + packs + tail; }
+    /// First element of item k (< total()); `is_pack` tells whether it is a whole pack.
+    SYMCOMM_DEVICE uint64_t first(uint64_t k, bool& is_pack) const {
+        is_pack = k >= head && k < head + packs;
+        if (k < head) return lo + k;
+        if (is_pack) return lo + head + (k - head) * P;
+        return lo + head + packs * P + (k - head - packs);
+    }
+};
+
+template <typename T>
+SYMCOMM_DEVICE uint32_t phase(const T* p) {
+    return uint32_t(reinterpret_cast<uint64_t>(p) & 15u);
+}
+
+template <typename T>
+SYMCOMM_DEVICE Pack16<T> load_item(const T* p, bool is_pack) {
+    if (is_pack) return load_pack(p);
+    Pack16<T> v;
+    v.e[0] = *p;
+    return v;
+}
+
+template <typename T>
+SYMCOMM_DEVICE void store_item(T* p, const Pack16<T>& v, bool is_pack) {
+    if (is_pack) {
+        store_pack(p, v);
+    } else {
+        *p = v.e[0];
+    }
+}
+
+/// Reduces item `index` (element or pack) of every rank's copy of `src`, peers in rank order.
+template <typename T, RedOp Op>
+SYMCOMM_DEVICE_NOINLINE Pack16<T> reduce_item(const WindowHandle<T>& src, uint64_t index, uint32_t n, bool is_pack) {
+    if (is_pack) {
+        return reduce_packs_from<T, Op>(n, n, [&](uint32_t p) { return load_pack(src.peer_ptr(p, index)); });
+    }
+    Accumulator<T, Op> acc;
+    acc.first(*src.peer_ptr(0, index));
+    for (uint32_t p = 1; p < n; ++p) acc.add(*src.peer_ptr(p, index));
+    Pack16<T> v;
+    v.e[0] = acc.result(n);
+    return v;
+}
+
+/// Runs `compute(i, is_pack) -> Pack16<T>` and `write(i, value, is_pack)` for every item of `it`
+/// on the CTA's threads. `chunked` (in place): each round computes one item per thread into
+/// registers, then a barrier (every rank has read the round's inputs), then writes, so no rank
+/// overwrites an input a peer has not read yet. Every rank runs the same rounds (the items depend
+/// only on count, scope and address phases, which agree across ranks).
+template <typename T, typename Compute, typename Write>
+SYMCOMM_DEVICE Status run_items(Cta g, const DevComm& comm, const Items<T>& it, bool chunked, uint32_t slot, uint32_t fp,
+                                Compute compute, Write write) {
+    const uint64_t total = it.total();
+    if (!chunked) {
+        for (uint64_t k = g.thread_rank(); k < total; k += g.size()) {
+            bool is_pack;
+            const uint64_t i = it.first(k, is_pack);
+            write(i, compute(i, is_pack), is_pack);
+        }
+        return Status::Ok;
+    }
+    for (uint64_t base = 0; base < total; base += g.size()) {
+        const uint64_t k = base + g.thread_rank();
+        bool is_pack = false;
+        uint64_t i = 0;
+        Pack16<T> v;
+        if (k < total) {
+            i = it.first(k, is_pack);
+            v = compute(i, is_pack);
+        }
+        const Status s = barrier(g, comm, slot, fp);
+        if (s != Status::Ok) return s;
+        if (k < total) write(i, v, is_pack);
+    }
+    return Status::Ok;
+}
+
+/// Copies elements [lo, hi) from `from` to `to` (same index), vectorized when phases agree.
+template <typename T>
+SYMCOMM_DEVICE void copy_part(Cta g, const T* from, T* to, uint64_t lo, uint64_t hi) {
+    if (from == to) return;
+    const Items<T> it(lo, hi, phase(from) == phase(to), reinterpret_cast<uint64_t>(from + lo));
+    for (uint64_t k = g.thread_rank(); k < it.total(); k += g.size()) {
+        bool is_pack;
+        const uint64_t i = it.first(k, is_pack);
+        store_item(to + i, load_item(from + i, is_pack), is_pack);
+    }
+}
+
+/// Same window, and do [a, a+na) and [b, b+nb) (elements) intersect?
+template <typename T>
+SYMCOMM_DEVICE bool overlaps(const WindowHandle<T>& x, uint64_t a, uint64_t na, const WindowHandle<T>& y, uint64_t b,
+                             uint64_t nb) {
+    return x.raw.base == y.raw.base && na > 0 && nb > 0 && a < b + nb && b < a + na;
+}
+
+/// Records InvalidArgument for collective `kind` with `reason` (SYMCOMM_REFUSED_*; one thread)
+/// and returns it.
+SYMCOMM_DEVICE Status refuse(Cta g, const DevComm& comm, uint32_t kind, uint32_t reason) {
+    if (g.thread_rank() == 0) {
+        record_error(Thread{}, comm, Status::InvalidArgument, comm.rank, SYMCOMM_OP_COLLECTIVE,
+                     (uint64_t(reason) << 32) | kind);
+    }
+    return Status::InvalidArgument;
+}
+
+/// Why a collective on elements of `T` may not read `sblocks` blocks of `count` elements of `src`
+/// from `soff` and write `dblocks` blocks of `dst` from `doff` (a SYMCOMM_REFUSED_* code), or 0.
+/// Every input is the same on every rank of a correct program (the windows are symmetric; an
+/// in-place all-gather's per-rank `soff` lies inside its output range), so every rank gives the
+/// same answer and a refusal before the first barrier leaves no rank waiting.
+template <typename T>
+SYMCOMM_DEVICE uint32_t window_check(const DevComm& comm, const WindowHandle<T>& src, uint64_t soff, uint64_t sblocks,
+                                     const WindowHandle<T>& dst, uint64_t doff, uint64_t dblocks, uint64_t count) {
+    const uint32_t dt = uint32_t(TypeTraits<T>::dtype);
+    // Peers 0..comm.nranks-1 are addressed in both windows.
+    if (src.nranks() != comm.nranks || dst.nranks() != comm.nranks) return SYMCOMM_REFUSED_PEER;
+    if (!src.holds() || !dst.holds()) return SYMCOMM_REFUSED_ELEM_SIZE;
+    if (!src.holds_dtype(dt) || !dst.holds_dtype(dt)) return SYMCOMM_REFUSED_DTYPE;
+    if (!src.fits(soff, count, sblocks)) return SYMCOMM_REFUSED_SRC_RANGE;
+    if (!dst.fits(doff, count, dblocks)) return SYMCOMM_REFUSED_DST_RANGE;
+    return 0;
+}
+
+/// The fingerprint of a collective call; `in_place` is part of it (a rank calling in place and one
+/// calling out of place would run different barrier sequences or read different buffers).
+template <typename T>
+SYMCOMM_DEVICE uint32_t coll_fingerprint(uint32_t kind, uint32_t redop, uint64_t count, uint32_t root, bool in_place) {
+    return fingerprint(kind | (in_place ? 0x80000000u : 0u), uint32_t(TypeTraits<T>::dtype), redop, count, root);
+}
+
+}  // namespace detail
+
+SYMCOMM_DEVICE CollScope grid_scope(uint32_t first_slot) { return CollScope{1u, first_slot}; }
+
+SYMCOMM_DEVICE CollScope cta_scope(uint32_t slot) { return CollScope{0u, slot}; }
+
+SYMCOMM_DEVICE uint64_t Range::size() const { return hi - lo; }
+
+template <typename T>
+SYMCOMM_DEVICE Range cta_part(CollScope scope, uint64_t count) {
+    const detail::Part p = detail::part_of(scope, 0, count, Pack16<T>::N);
+    return Range{p.lo, p.hi};
+}
+
+template <typename T>
+SYMCOMM_DEVICE Range two_shot_part(CollScope scope, uint32_t nranks, uint64_t count, uint32_t q) {
+    const Range share = detail::two_shot_share<T>(nranks, count, q);
+    const detail::Part p = detail::part_of(scope, share.lo, share.hi, Pack16<T>::N);
+    return Range{p.lo, p.hi};
+}
+
+template <RedOp Op, typename T>
+SYMCOMM_DEVICE Status all_reduce_one_shot(Cta g, const DevComm& comm, CollScope scope, WindowHandle<T> src, uint64_t soff,
+                                          WindowHandle<T> dst, uint64_t doff, uint64_t count) {
+    using namespace detail;
+    const uint32_t kind = SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT;
+    if (const uint32_t why = window_check(comm, src, soff, 1, dst, doff, 1, count)) return refuse(g, comm, kind, why);
+    const bool in_place = src.raw.base == dst.raw.base && soff == doff;
+    if (!in_place && overlaps(src, soff, count, dst, doff, count)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
+    const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, 0, in_place);
+    const Part part = part_of(scope, 0, count, Pack16<T>::N);
+    Status s = barrier(g, comm, part.slot, fp);
+    if (s != Status::Ok) return s;
+    const bool vec = phase(src.local_ptr(soff)) == phase(dst.local_ptr(doff));
+    const Items<T> it(part.lo, part.hi, vec, reinterpret_cast<uint64_t>(src.local_ptr(soff + part.lo)));
+    s = run_items<T>(
+        g, comm, it, in_place, part.slot, fp,
+        [&](uint64_t i, bool pk) { return reduce_item<T, Op>(src, soff + i, comm.nranks, pk); },
+        [&](uint64_t i, const Pack16<T>& v, bool pk) { store_item(dst.local_ptr(doff + i), v, pk); });
+    if (s != Status::Ok) return s;
+    if (in_place) {
+        // The last round's stores, for every thread of the CTA (cta_part's promise).
+        g.sync();
+        return s;
+    }
+    return barrier(g, comm, part.slot, fp);
+}
+
+template <RedOp Op, typename T>
+SYMCOMM_DEVICE Status all_reduce_two_shot(Cta g, const DevComm& comm, CollScope scope, WindowHandle<T> src, uint64_t soff,
+                                          WindowHandle<T> dst, uint64_t doff, uint64_t count) {
+    using namespace detail;
+    const uint32_t kind = SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT;
+    if (const uint32_t why = window_check(comm, src, soff, 1, dst, doff, 1, count)) return refuse(g, comm, kind, why);
+    const bool in_place = src.raw.base == dst.raw.base && soff == doff;
+    if (!in_place && overlaps(src, soff, count, dst, doff, count)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
+    const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, 0, in_place);
+    const uint32_t P = Pack16<T>::N;
+    const uint32_t n = comm.nranks;
+    const Range mine = two_shot_share<T>(n, count, comm.rank);
+    const Part part = part_of(scope, mine.lo, mine.hi, P);
+    Status s = barrier(g, comm, part.slot, fp);
+    if (s != Status::Ok) return s;
+    const bool vec = phase(src.local_ptr(soff)) == phase(dst.local_ptr(doff));
+    const Items<T> it(part.lo, part.hi, vec, reinterpret_cast<uint64_t>(src.local_ptr(soff + part.lo)));
+    run_items<T>(
+        g, comm, it, false, part.slot, fp,
+        [&](uint64_t i, bool pk) { return reduce_item<T, Op>(src, soff + i, n, pk); },
+        [&](uint64_t i, const Pack16<T>& v, bool pk) { store_item(dst.local_ptr(doff + i), v, pk); });
+    s = barrier(g, comm, part.slot, fp);
+    if (s != Status::Ok) return s;
+    for (uint32_t q = 0; q < n; ++q) {
+        if (q == comm.rank) continue;
+        const Range pq = two_shot_part<T>(scope, n, count, q);
+        copy_part(g, dst.peer_ptr(q, doff), dst.local_ptr(doff), pq.lo, pq.hi);
+    }
+    return barrier(g, comm, part.slot, fp);
+}
+
+template <typename T>
+SYMCOMM_DEVICE Status all_gather(Cta g, const DevComm& comm, CollScope scope, WindowHandle<T> src, uint64_t soff,
+                                 WindowHandle<T> dst, uint64_t doff, uint64_t count) {
+    using namespace detail;
+    const uint32_t kind = SYMCOMM_COLL_ALL_GATHER;
+    const uint32_t n = comm.nranks;
+    if (const uint32_t why = window_check(comm, src, soff, 1, dst, doff, n, count)) return refuse(g, comm, kind, why);
+    const bool in_place = src.raw.base == dst.raw.base && soff == doff + uint64_t(comm.rank) * count;
+    if (!in_place && overlaps(src, soff, count, dst, doff, count * n)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
+    const uint32_t fp = coll_fingerprint<T>(kind, 0, count, 0, in_place);
+    const Part part = part_of(scope, 0, count, Pack16<T>::N);
+    Status s = barrier(g, comm, part.slot, fp);
+    if (s != Status::Ok) return s;
+    for (uint32_t p = 0; p < n; ++p) {
+        // In place, rank p's input sits in its own block of the output.
+        const uint64_t from = in_place ? doff + uint64_t(p) * count : soff;
+        copy_part(g, src.peer_ptr(p, from), dst.local_ptr(doff + uint64_t(p) * count), part.lo, part.hi);
+    }
+    return barrier(g, comm, part.slot, fp);
+}
+
+template <RedOp Op, typename T>
+SYMCOMM_DEVICE Status reduce_scatter(Cta g, const DevComm& comm, CollScope scope, WindowHandle<T> src, uint64_t soff,
+                                     WindowHandle<T> dst, uint64_t doff, uint64_t count) {
+    using namespace detail;
+    const uint32_t kind = SYMCOMM_COLL_REDUCE_SCATTER;
+    const uint32_t n = comm.nranks;
+    if (const uint32_t why = window_check(comm, src, soff, n, dst, doff, 1, count)) return refuse(g, comm, kind, why);
+    const uint64_t sblock = soff + uint64_t(comm.rank) * count;
+    const bool in_place = src.raw.base == dst.raw.base && doff == sblock;
+    if (!in_place && overlaps(src, soff, count * n, dst, doff, count)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
+    const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, 0, in_place);
+    const Part part = part_of(scope, 0, count, Pack16<T>::N);
+    Status s = barrier(g, comm, part.slot, fp);
+    if (s != Status::Ok) return s;
+    const bool vec = phase(src.local_ptr(sblock)) == phase(dst.local_ptr(doff));
+    const Items<T> it(part.lo, part.hi, vec, reinterpret_cast<uint64_t>(src.local_ptr(sblock + part.lo)));
+    run_items<T>(
+        g, comm, it, false, part.slot, fp,
+        [&](uint64_t i, bool pk) { return reduce_item<T, Op>(src, sblock + i, n, pk); },
+        [&](uint64_t i, const Pack16<T>& v, bool pk) { store_item(dst.local_ptr(doff + i), v, pk); });
+    return barrier(g, comm, part.slot, fp);
+}
+
+template <typename T>
+SYMCOMM_DEVICE Status broadcast(Cta g, const DevComm& comm, CollScope scope, uint32_t root, WindowHandle<T> src,
+                                uint64_t soff, WindowHandle<T> dst, uint64_t doff, uint64_t count) {
+    using namespace detail;
+    const uint32_t kind = SYMCOMM_COLL_BROADCAST;
+    if (const uint32_t why = window_check(comm, src, soff, 1, dst, doff, 1, count)) return refuse(g, comm, kind, why);
+    if (root >= comm.nranks) return refuse(g, comm, kind, SYMCOMM_REFUSED_ROOT);
+    const bool in_place = src.raw.base == dst.raw.base && soff == doff;
+    if (!in_place && overlaps(src, soff, count, dst, doff, count)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
+    const uint32_t fp = coll_fingerprint<T>(kind, 0, count, root, in_place);
+    const Part part = part_of(scope, 0, count, Pack16<T>::N);
+    Status s = barrier(g, comm, part.slot, fp);
+    if (s != Status::Ok) return s;
+    copy_part(g, src.peer_ptr(root, soff), dst.local_ptr(doff), part.lo, part.hi);
+    return barrier(g, comm, part.slot, fp);
+}
+
+template <RedOp Op, typename T>
+SYMCOMM_DEVICE Status reduce(Cta g, const DevComm& comm, CollScope scope, uint32_t root, WindowHandle<T> src, uint64_t soff,
+                             WindowHandle<T> dst, uint64_t doff, uint64_t count) {
+    using namespace detail;
+    const uint32_t kind = SYMCOMM_COLL_REDUCE;
+    if (const uint32_t why = window_check(comm, src, soff, 1, dst, doff, 1, count)) return refuse(g, comm, kind, why);
+    if (root >= comm.nranks) return refuse(g, comm, kind, SYMCOMM_REFUSED_ROOT);
+    const bool in_place = src.raw.base == dst.raw.base && soff == doff;
+    if (!in_place && overlaps(src, soff, count, dst, doff, count)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
+    const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, root, in_place);
+    const Part part = part_of(scope, 0, count, Pack16<T>::N);
+    Status s = barrier(g, comm, part.slot, fp);
+    if (s != Status::Ok) return s;
+    if (comm.rank == root) {
+        const bool vec = phase(src.local_ptr(soff)) == phase(dst.local_ptr(doff));
+        const Items<T> it(part.lo, part.hi, vec, reinterpret_cast<uint64_t>(src.local_ptr(soff + part.lo)));
+        run_items<T>(
+            g, comm, it, false, part.slot, fp,
+            [&](uint64_t i, bool pk) { return reduce_item<T, Op>(src, soff + i, comm.nranks, pk); },
+            [&](uint64_t i, const Pack16<T>& v, bool pk) { store_item(dst.local_ptr(doff + i), v, pk); });
+    }
+    return barrier(g, comm, part.slot, fp);
+}
+
+template <typename T>
+SYMCOMM_DEVICE Status scatter(Cta g, const DevComm& comm, CollScope scope, uint32_t root, WindowHandle<T> src,
+                              uint64_t soff, WindowHandle<T> dst, uint64_t doff, uint64_t count) {
+    using namespace detail;
+    const uint32_t kind = SYMCOMM_COLL_SCATTER;
+    if (const uint32_t why = window_check(comm, src, soff, comm.nranks, dst, doff, 1, count)) {
+        return refuse(g, comm, kind, why);
+    }
+    if (root >= comm.nranks) return refuse(g, comm, kind, SYMCOMM_REFUSED_ROOT);
+    const uint64_t sblock = soff + uint64_t(comm.rank) * count;
+    const bool in_place = src.raw.base == dst.raw.base && doff == sblock;
+    if (!in_place && overlaps(src, soff, count * comm.nranks, dst, doff, count)) {
+        return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
+    }
+    const uint32_t fp = coll_fingerprint<T>(kind, 0, count, root, in_place);
+    const Part part = part_of(scope, 0, count, Pack16<T>::N);
+    Status s = barrier(g, comm, part.slot, fp);
+    if (s != Status::Ok) return s;
+    copy_part(g, src.peer_ptr(root, sblock), dst.local_ptr(doff), part.lo, part.hi);
+    return barrier(g, comm, part.slot, fp);
+}
+
+template <typename T>
+SYMCOMM_DEVICE Status all_to_all(Cta g, const DevComm& comm, CollScope scope, WindowHandle<T> src, uint64_t soff,
+                                 WindowHandle<T> dst, uint64_t doff, uint64_t count) {
+    using namespace detail;
+    const uint32_t kind = SYMCOMM_COLL_ALL_TO_ALL;
+    const uint32_t n = comm.nranks;
+    const uint32_t r = comm.rank;
+    if (const uint32_t why = window_check(comm, src, soff, n, dst, doff, n, count)) return refuse(g, comm, kind, why);
+    const bool in_place = src.raw.base == dst.raw.base && soff == doff;
+    if (in_place && g.size() < n) return refuse(g, comm, kind, SYMCOMM_REFUSED_CTA_SIZE);
+    if (!in_place && overlaps(src, soff, count * n, dst, doff, count * n)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
+    const uint32_t fp = coll_fingerprint<T>(kind, 0, count, 0, in_place);
+    const Part part = part_of(scope, 0, count, Pack16<T>::N);
+    Status s = barrier(g, comm, part.slot, fp);
+    if (s != Status::Ok) return s;
+    if (!in_place) {
+        for (uint32_t p = 0; p < n; ++p) {
+            copy_part(g, src.peer_ptr(p, soff + uint64_t(r) * count), dst.local_ptr(doff + uint64_t(p) * count), part.lo,
+                      part.hi);
+        }
+        return barrier(g, comm, part.slot, fp);
+    }
+    // In place: item (k, p) moves item k of block r of peer p's buffer into item k of block p of
+    // ours, and peer p moves item k of our block p in the same round (items are numbered k-major
+    // and rounds hold whole k), so nothing is overwritten before its reader read it.
+    const bool vec = (count * sizeof(T)) % 16 == 0;
+    const Items<T> it(part.lo, part.hi, vec, reinterpret_cast<uint64_t>(src.local_ptr(soff + part.lo)));
+    const uint64_t total = it.total() * n;
+    const uint32_t round = g.size() / n * n;
+    for (uint64_t base = 0; base < total; base += round) {
+        const uint64_t c = base + g.thread_rank();
+        const bool active = g.thread_rank() < round && c < total;
+        bool is_pack = false;
+        uint64_t i = 0;
+        uint32_t p = 0;
+        Pack16<T> v;
+        if (active) {
+            p = uint32_t(c % n);
+            i = it.first(c / n, is_pack);
+            v = load_item(src.peer_ptr(p, soff + uint64_t(r) * count + i), is_pack);
+        }
+        s = barrier(g, comm, part.slot, fp);
+        if (s != Status::Ok) return s;
+        if (active) store_item(dst.local_ptr(doff + uint64_t(p) * count + i), v, is_pack);
+    }
+    // The last round's stores, for every thread of the CTA (cta_part's promise).
+    g.sync();
+    return Status::Ok;
+}
+
+}  // namespace symcomm

@@ -1,0 +1,56 @@
+// Inline definitions of <symcomm/window.cuh> (included at its end).
+#pragma once
+
+namespace symcomm {
+
+SYMCOMM_DEVICE void* peer_ptr(const WindowHandleRaw& win, uint32_t peer, uint64_t offset) {
+    return reinterpret_cast<void*>(win.base + peer * win.stride + offset);
+}
+
+template <typename T>
+SYMCOMM_DEVICE WindowHandle<T>::WindowHandle(const WindowHandleRaw& r) : raw(r) {}
+
+template <typename T>
+SYMCOMM_DEVICE T* WindowHandle<T>::peer_ptr(uint32_t peer, uint64_t index) const {
+    return reinterpret_cast<T*>(raw.base + peer * raw.stride + index * sizeof(T));
+}
+
+template <typename T>
+SYMCOMM_DEVICE T* WindowHandle<T>::local_ptr(uint64_t index) const {
+    return peer_ptr(raw.rank, index);
+}
+
+template <typename T>
+SYMCOMM_DEVICE uint64_t WindowHandle<T>::count() const {
+    return raw.bytes / sizeof(T);
+}
+
+template <typename T>
+SYMCOMM_DEVICE uint32_t WindowHandle<T>::nranks() const {
+    return raw.nranks;
+}
+
+template <typename T>
+SYMCOMM_DEVICE uint32_t WindowHandle<T>::rank() const {
+    return raw.rank;
+}
+
+template <typename T>
+SYMCOMM_DEVICE bool WindowHandle<T>::holds() const {
+    return raw.elem_size == sizeof(T) || raw.elem_size == 1;
+}
+
+template <typename T>
+SYMCOMM_DEVICE bool WindowHandle<T>::holds_dtype(uint32_t dtype) const {
+    return raw.dtype == SYMCOMM_DTYPE_NONE || raw.dtype == dtype;
+}
+
+template <typename T>
+SYMCOMM_DEVICE bool WindowHandle<T>::fits(uint64_t index, uint64_t n, uint64_t blocks) const {
+    if (n == 0 || blocks == 0) return true;
+    const uint64_t cap = count();
+    if (n > cap / blocks) return false;
+    return index <= cap && n * blocks <= cap - index;
+}
+
+}  // namespace symcomm
