@@ -42,7 +42,7 @@ use crate::{Error, Result};
 
 /// Streams one communicator serves collectives on at once (host policy: each stream's lane takes
 /// its own [`LANE_BARRIERS`] barrier indices from the host's `[0, SYMCOMM_HOST_BARRIER_END)`).
-pub const MAX_STREAMS: usize = 2;
+pub(crate) const MAX_STREAMS: usize = 2;
 /// Barrier indices of each stream's lane (also the most CTAs of one collective launch):
 /// `SYMCOMM_HOST_LANE_BARRIERS`.
 pub const LANE_BARRIERS: u32 = SYMCOMM_HOST_LANE_BARRIERS;

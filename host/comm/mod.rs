@@ -33,7 +33,7 @@
 //! later call report [`Error::PeerLost`]. [`Communicator::abort`] does the same on purpose, from
 //! any thread. After a fault, destroy the communicator (drop it).
 
-pub mod coll;
+pub(crate) mod coll;
 mod control;
 mod fdpass;
 mod memory;
