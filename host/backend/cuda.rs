@@ -447,7 +447,8 @@ fn gpu_info(ordinal: usize, dev: dsys::CUdevice) -> Result<GpuInfo> {
 // NVRTC
 // ---------------------------------------------------------------------------------------------
 
-/// Version of the NVRTC library that [`nvrtc_compile`] uses, as (major, minor).
+/// Version of the NVRTC library that compiles the embedded sources at run time (when a build had
+/// no nvcc), as (major, minor).
 ///
 /// NVRTC is looked for on the loader path first (`libnvrtc.so.13`, ...), then by path in
 /// [`symcomm_device::toolchain::nvrtc_library_candidates`] (`$CUDA_HOME`, the pinned toolchain
