@@ -7,8 +7,8 @@
 //!
 //! # The API
 //!
-//! Everything public is named in the `pub use` list below (modules are private); besides the
-//! items at the root, four namespaces group what belongs together:
+//! Everything public is named in the `pub use` list below (the implementation modules are
+//! private); besides the items at the root, four namespaces group what belongs together:
 //!
 //! - [`abi`]: the plain-data structs and constants shared with the device code (`abi.h`).
 //! - [`bootstrap`]: the rendezvous itself ([`bootstrap::init`], [`bootstrap::Bootstrap`], its

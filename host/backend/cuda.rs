@@ -12,9 +12,11 @@
 //!   fallback when the build had no nvcc, or the fatbin has no code for the GPU).
 //! - Running kernels: [`CudaDevice`] (one GPU's primary context) loads [`CudaModule`]s, allocates
 //!   [`DeviceBuffer`]s and creates [`Stream`]s; [`Stream::launch`] takes `void**` arguments like
-//!   `cuLaunchKernel` (and like the emulator's raw launch of the test fixtures); [`Event`]s order streams; a stream's
-//!   work can be captured into a [`Graph`] and replayed. The backend-independent
-//!   `crate::stream::Stream` builds on these.
+//!   `cuLaunchKernel` (and like the emulator's raw launch of the test fixtures); [`Event`]s order
+//!   streams; a stream's work can be captured into a [`Graph`] and replayed. The
+//!   backend-independent `crate::stream::Stream` builds on these; of this layer only
+//!   [`CudaDevice`] (opaque), the probes and the plain-data infos are public (`crate::cuda`), the
+//!   rest is exported by the `testing` feature for symcomm's own GPU checks.
 //!
 //! Every CUDA failure becomes [`Error::Cuda`] with the call and the CUDA error name
 //! (`cuModuleLoadDataEx failed: CUDA_ERROR_INVALID_IMAGE`). The driver API is thread-safe; every
