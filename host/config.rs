@@ -10,7 +10,7 @@ pub struct Tunable {
     pub default: &'static str,
     /// What it controls.
     pub help: &'static str,
-    /// A credential: [`value`] shows `(set)` instead of its value.
+    /// A credential: [`Tunable::value`] shows `(set)` instead of its value.
     pub secret: bool,
 }
 
@@ -144,20 +144,18 @@ pub const TUNABLES: &[Tunable] = &[
     },
 ];
 
-/// The current value of a tunable as shown to users, `None` when unset or empty; a secret
-/// tunable shows `(set)`, never its value.
-pub fn value(name: &str) -> Option<String> {
-    let v = raw_value(name)?;
-    if TUNABLES.iter().any(|t| t.secret && t.name == name) {
-        Some("(set)".to_owned())
-    } else {
-        Some(v)
+impl Tunable {
+    /// The current value as shown to users, `None` when unset or empty; a secret tunable shows
+    /// `(set)`, never its value.
+    pub fn value(&self) -> Option<String> {
+        let v = raw_value(self.name)?;
+        Some(if self.secret { "(set)".to_owned() } else { v })
     }
 }
 
 /// The current value of an environment variable, `None` when unset or empty (secrets included:
 /// for reading settings, not for display).
-pub fn raw_value(name: &str) -> Option<String> {
+pub(crate) fn raw_value(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 

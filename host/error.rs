@@ -168,8 +168,8 @@ impl Error {
     /// library's waits), as the host reports it after a launch: Timeout / Aborted / Mismatch /
     /// InvalidArgument / Unsupported (ABI), with the record's operation and detail decoded into
     /// words ("barrier index 130", "signal word 3 from peer 1", "user code 0x2a, value 7",
-    /// "grid_sync generation 4"). For users who read records themselves, e.g. from
-    /// `backend::emu::EmuTeam::error` in their own emulator tests. Pre: `rec.status` is not
+    /// "grid_sync generation 4"). For users who read records themselves (symcomm's own emulator
+    /// tests read them from their team harness). Pre: `rec.status` is not
     /// SYMCOMM_STATUS_OK (an Ok record holds no error; it maps to InvalidArgument).
     pub fn from_record(rec: &symcomm_device::abi::ErrorRecord) -> Error {
         crate::comm::error_from_record(rec)

@@ -842,7 +842,8 @@ impl Stream {
 
     /// The CUDA stream underneath (for CUDA-only operations such as
     /// [`cuda::Stream::copy_device`]); `None` on the emulator.
-    pub fn as_cuda(&self) -> Option<&cuda::Stream> {
+    #[cfg(test)]
+    pub(crate) fn as_cuda(&self) -> Option<&cuda::Stream> {
         match &self.inner {
             StreamInner::Cuda(s) => Some(s),
             StreamInner::Emu(_) => None,
@@ -1728,7 +1729,8 @@ impl Buffer {
     }
 
     /// The CUDA allocation underneath; `None` on the emulator.
-    pub fn as_cuda(&self) -> Option<&DeviceBuffer> {
+    #[cfg(test)]
+    pub(crate) fn as_cuda(&self) -> Option<&DeviceBuffer> {
         match &*self.inner {
             BufferInner::Cuda(b) => Some(b),
             BufferInner::Emu(_) => None,

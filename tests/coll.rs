@@ -713,7 +713,7 @@ fn cuda_geometry(n: u32) {
             .unwrap();
         comm.co_resident_share(&k, tune::CUDA_THREADS, 0).unwrap()
     })[0];
-    let cap = share.min(symcomm::comm::coll::LANE_BARRIERS);
+    let cap = share.min(symcomm::LANE_BARRIERS);
     let mut rng = Rng(seed() ^ (u64::from(n) << 40));
     let f32t = DTYPES[0];
     let bf16 = *DTYPES.iter().find(|d| d.name == "bf16").unwrap();
@@ -738,8 +738,7 @@ fn cuda_geometry(n: u32) {
                 } else {
                     1
                 };
-            let pieces =
-                (3 * u64::from(cap) + 2).min(u64::from(symcomm::comm::coll::LANE_BARRIERS));
+            let pieces = (3 * u64::from(cap) + 2).min(u64::from(symcomm::LANE_BARRIERS));
             let count = if big {
                 (pieces * tune::PIECE_BYTES).div_ceil(per_elem) as usize + 3
             } else {
@@ -813,7 +812,7 @@ fn large_buffers_through_staging() {
     let staging = std::env::var("SYMCOMM_STAGING_BYTES")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(symcomm::comm::coll::DEFAULT_STAGING_BYTES as usize);
+        .unwrap_or(symcomm::DEFAULT_STAGING_BYTES as usize);
     assert!(
         AR * 4 > 2 * staging && AG * 4 * N as usize > 2 * staging,
         "not several chunks"

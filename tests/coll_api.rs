@@ -544,7 +544,7 @@ fn buffers_dropped_right_after_a_call() {
     const N: usize = 10 << 20; // f32 elements: 40 MiB
     let outs = with_ranks(2, options(), |comm| {
         let stream = comm.create_stream().unwrap();
-        let backend = symcomm::backend::Backend::Emu;
+        let backend = symcomm::Backend::Emu;
         for round in 0..2 {
             let buf = symcomm::Buffer::new(&backend, N * 4).unwrap();
             let other = symcomm::Buffer::new(&backend, N * 4).unwrap();

@@ -10,7 +10,6 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use std::ffi::c_void;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -18,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use symcomm::abi::*;
 use symcomm::bootstrap::BootstrapConfig;
-use symcomm::{CommOptions, Communicator, DEVICE_IMAGE, Device, Error, Result, UniqueId, Window};
+use symcomm::{CommOptions, Communicator, Device, Error, Result, UniqueId};
 
 const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
@@ -50,30 +49,6 @@ fn with_ranks<T: Send>(nranks: u32, body: impl Fn(&Communicator) -> T + Sync) ->
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     })
-}
-
-/// One-shot all-reduce (sum, f32) of `count` elements from `src` into `dst` with the built-in
-/// kernel, blocking; then the communicator's error state.
-fn all_reduce(comm: &Communicator, src: &Window<f32>, dst: &Window<f32>, count: u64) -> Result<()> {
-    let mut dev = comm.device_handle()?;
-    let mut args =
-        support::one_shot_sum_f32(src.device_handle().raw(), dst.device_handle().raw(), count);
-    let mut ptrs = [
-        (&raw mut dev).cast::<c_void>(),
-        (&raw mut args).cast::<c_void>(),
-    ];
-    // SAFETY: the kernel takes (DevComm, CollArgs) by value; the windows and the communicator
-    // outlive this blocking launch.
-    unsafe {
-        symcomm::backend::emu::launch(
-            &DEVICE_IMAGE,
-            "symcomm_collective_f32",
-            [2, 1, 1],
-            [64, 1, 1],
-            &mut ptrs,
-        )
-    }?;
-    comm.check_error()
 }
 
 #[test]
@@ -150,7 +125,7 @@ fn built_in_all_reduce_runs_on_communicator_windows() {
             comm.barrier().unwrap();
             // Twice: the barrier epochs continue in the communicator's signal area.
             for _ in 0..2 {
-                all_reduce(comm, &src, &dst, count as u64).unwrap();
+                support::all_reduce(comm, &src, &dst, count as u64).unwrap();
             }
             let got = dst.to_vec().unwrap();
             (0..count)
@@ -262,7 +237,7 @@ fn abort_from_another_thread_stops_a_waiting_kernel_and_peers_see_the_rank_lost(
                     comm.abort();
                 });
                 // Rank 1 never launches: this waits until the abort.
-                all_reduce(&comm, &a, &b, 256)
+                support::all_reduce(&comm, &a, &b, 256)
             });
             let waited = t.elapsed();
             let later = comm.alloc_window::<f32>(4).unwrap_err();

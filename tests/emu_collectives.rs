@@ -23,7 +23,7 @@ use support::blocks;
 use support::values::{DTYPES, DType, OPS, Rng, Val, input, reduce_vals, seed};
 use symcomm::DEVICE_IMAGE;
 use symcomm::abi::*;
-use symcomm::backend::emu::{EmuTeam, launch};
+use symcomm::testing::emu::{EmuTeam, launch};
 
 // ---------------------------------------------------------------------------------------------
 // One collective call on a fresh team and its check.

@@ -24,7 +24,7 @@ use std::ffi::c_void;
 use std::time::{Duration, Instant};
 
 use symcomm::abi::*;
-use symcomm::backend::emu::{EmuTeam, launch};
+use symcomm::testing::emu::{EmuTeam, launch};
 use symcomm::{DEVICE_IMAGE, Error};
 
 const LONG: u64 = 30_000_000_000;

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use support::{KINDS, blocks};
 use symcomm::DEVICE_IMAGE;
 use symcomm::abi::*;
-use symcomm::backend::emu::{EmuTeam, launch};
+use symcomm::testing::emu::{EmuTeam, launch};
 
 /// Fill of every window byte that no collective is supposed to write.
 const CANARY: u8 = 0xA5;

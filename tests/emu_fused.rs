@@ -25,7 +25,7 @@ use symcomm::abi::{
     SYMCOMM_STATUS_INVALID_ARGUMENT, SYMCOMM_STATUS_MISMATCH, SYMCOMM_STATUS_OK,
     SYMCOMM_STATUS_TIMEOUT, SYMCOMM_USER_BARRIER_END, WindowHandleRaw,
 };
-use symcomm::backend::emu::{EmuTeam, launch};
+use symcomm::testing::emu::{EmuTeam, launch};
 
 /// Mirror of `AllReduceRmsNormArgs<T>` (the same layout for every T; pointers as addresses).
 #[repr(C)]

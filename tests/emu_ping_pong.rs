@@ -12,7 +12,7 @@ use symcomm::abi::{
     DevComm, SYMCOMM_OP_SIGNAL_WAIT, SYMCOMM_STATUS_ABI_MISMATCH, SYMCOMM_STATUS_OK,
     SYMCOMM_STATUS_TIMEOUT, WindowHandleRaw,
 };
-use symcomm::backend::emu::{EmuTeam, launch};
+use symcomm::testing::emu::{EmuTeam, launch};
 
 const KERNEL: &str = "symcomm_ping_pong";
 

@@ -57,10 +57,10 @@ use serde_json::{Value, json};
 use support::{KINDS, blocks};
 use symcomm::DEVICE_IMAGE;
 use symcomm::abi::*;
-use symcomm::backend::cuda::{
-    self, CudaDevice, CudaFunction, CudaModule, DeviceBuffer, ModuleOrigin, Stream,
+use symcomm::testing::cuda::{
+    self, CudaDevice, CudaDeviceExt, CudaFunction, CudaModule, DeviceBuffer, ModuleOrigin, Stream,
 };
-use symcomm::backend::emu::{self, EmuTeam};
+use symcomm::testing::emu::{self, EmuTeam};
 
 const KERNEL: &str = "symcomm_ping_pong";
 /// Alignment of each rank's window copy (DESIGN §3).
@@ -2293,10 +2293,8 @@ fn occupancy_model_check(device: symcomm::Device) -> Outcome {
     let symcomm::Device::Cuda(ordinal) = device else {
         return Err("not a CUDA device".into());
     };
-    let gpu = symcomm::backend::Backend::Cuda(
-        symcomm::backend::cuda::CudaDevice::open(ordinal).map_err(err)?,
-    );
-    let emu = symcomm::backend::Backend::Emu;
+    let gpu = symcomm::Backend::Cuda(CudaDevice::open(ordinal).map_err(err)?);
+    let emu = symcomm::Backend::Emu;
     let mut lines = Vec::new();
     let mut bad = Vec::new();
     let mut names = collective_kernel_names();
@@ -2497,7 +2495,24 @@ fn run_checks(report: &mut Report, summary: &mut serde_json::Map<String, Value>)
             )
         })
         .collect();
-    summary.insert("cuda".into(), json!(info));
+    let devices: Vec<Value> = info
+        .devices
+        .iter()
+        .map(|g| {
+            json!({
+                "ordinal": g.ordinal, "name": g.name, "sms": g.sms, "memory_bytes": g.memory_bytes,
+                "compute_capability": [g.compute_capability.0, g.compute_capability.1],
+            })
+        })
+        .collect();
+    summary.insert(
+        "cuda".into(),
+        json!({
+            "driver_version": info.driver_version,
+            "devices": devices,
+            "peer_access": info.peer_access,
+        }),
+    );
     let has_gpu = !info.devices.is_empty();
     report.record(
         "probe",

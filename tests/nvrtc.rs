@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use symcomm::backend::cuda::{nvrtc_compile, nvrtc_version};
+use symcomm::testing::cuda::{nvrtc_compile, nvrtc_version};
 use symcomm::{DEVICE_IMAGE, Error};
 use symcomm_device::image::{DeviceImage, Module, SourceFile};
 use symcomm_device::toolchain;

@@ -167,7 +167,7 @@ fn planted_launch_beyond_the_budget_is_reported() {
 #[test]
 fn two_ranks_on_one_stream_are_refused() {
     let _s = serial();
-    let shared = symcomm::Stream::new(&symcomm::backend::Backend::Emu).unwrap();
+    let shared = symcomm::Stream::new(&symcomm::Backend::Emu).unwrap();
     let results = with_ranks(2, Duration::from_secs(20), |comm| {
         let (f32t, sum) = (symcomm::DataType::F32, symcomm::RedOp::Sum);
         let w = comm.alloc_window::<f32>(1024).unwrap();

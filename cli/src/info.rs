@@ -5,10 +5,8 @@ use std::process::ExitCode;
 
 use serde_json::{Value, json};
 use symcomm::DEVICE_IMAGE;
-use symcomm::backend::cuda;
-use symcomm::config::{TUNABLES, raw_value, value};
 use symcomm::tune::{self, BackendKind};
-use symcomm_device::image::DeviceImage;
+use symcomm::{DeviceImage, TUNABLES, cuda};
 
 pub(crate) fn run(as_json: bool) -> ExitCode {
     let cuda = cuda::probe();
@@ -45,9 +43,14 @@ fn human_bytes(bytes: u64) -> String {
     }
 }
 
+/// `SYMCOMM_ALGO` as set (`None` when unset or empty).
+fn symcomm_algo() -> Option<String> {
+    std::env::var("SYMCOMM_ALGO").ok().filter(|v| !v.is_empty())
+}
+
 /// The SYMCOMM_ALGO line: its value and what it means, or why it is refused.
 fn algo_text() -> String {
-    let raw = raw_value("SYMCOMM_ALGO");
+    let raw = symcomm_algo();
     match tune::parse_algo(raw.as_deref()) {
         Ok(Some(a)) => format!("{} (forced where available)", a.name()),
         Ok(None) => format!("{} (model choice)", raw.as_deref().unwrap_or("auto")),
@@ -98,7 +101,7 @@ fn tuning_text(s: &mut String) {
 }
 
 fn tuning_json() -> Value {
-    let raw = raw_value("SYMCOMM_ALGO");
+    let raw = symcomm_algo();
     let algo = match tune::parse_algo(raw.as_deref()) {
         Ok(a) => json!({ "value": raw, "forced": a.map(tune::Algorithm::name), "error": null }),
         Err(e) => json!({ "value": raw, "forced": null, "error": e.to_string() }),
@@ -275,7 +278,9 @@ fn to_text(
 
     let _ = writeln!(s, "\nTunables:");
     for t in TUNABLES {
-        let shown = value(t.name).unwrap_or_else(|| format!("{} (default)", t.default));
+        let shown = t
+            .value()
+            .unwrap_or_else(|| format!("{} (default)", t.default));
         let _ = writeln!(s, "  {:<22} = {:<32} {}", t.name, shown, t.help);
     }
     tuning_text(&mut s);
@@ -327,7 +332,9 @@ fn to_json(
     };
     let tunables: Vec<Value> = TUNABLES
         .iter()
-        .map(|t| json!({ "name": t.name, "value": value(t.name), "default": t.default, "help": t.help }))
+        .map(
+            |t| json!({ "name": t.name, "value": t.value(), "default": t.default, "help": t.help }),
+        )
         .collect();
     json!({
         "version": env!("CARGO_PKG_VERSION"),

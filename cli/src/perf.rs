@@ -68,10 +68,10 @@ use std::time::Instant;
 
 use serde::Serialize;
 use symcomm::bootstrap::BootstrapConfig;
-use symcomm::comm::{BufferRef, DataType, RedOp};
-use symcomm::stream::Buffer;
-use symcomm::tune::Collective;
-use symcomm::{CommOptions, Communicator, Device, Stream, UniqueId, Window};
+use symcomm::{
+    Buffer, BufferRef, Collective, CommOptions, Communicator, DataType, Device, RedOp, Stream,
+    UniqueId, Window,
+};
 
 /// Exit status for bad arguments.
 const USAGE_ERROR: u8 = 2;

@@ -15,13 +15,12 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
-use std::ffi::c_void;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use symcomm::{Communicator, DEVICE_IMAGE, Error, Window};
+use symcomm::{Communicator, Error};
 
 const ROLE: &str = "SYMCOMM_TEST_ROLE";
 const COUNT: usize = 4099;
@@ -66,33 +65,6 @@ fn main() -> ExitCode {
 // Ranks
 // ------------------------------------------------------------------------------------------
 
-fn all_reduce(
-    comm: &Communicator,
-    src: &Window<f32>,
-    dst: &Window<f32>,
-    count: u64,
-) -> symcomm::Result<()> {
-    let mut dev = comm.device_handle()?;
-    let mut args =
-        support::one_shot_sum_f32(src.device_handle().raw(), dst.device_handle().raw(), count);
-    let mut ptrs = [
-        (&raw mut dev).cast::<c_void>(),
-        (&raw mut args).cast::<c_void>(),
-    ];
-    // SAFETY: the kernel takes (DevComm, CollArgs) by value; the windows and the communicator
-    // outlive this blocking launch.
-    unsafe {
-        symcomm::backend::emu::launch(
-            &DEVICE_IMAGE,
-            "symcomm_collective_f32",
-            [2, 1, 1],
-            [64, 1, 1],
-            &mut ptrs,
-        )
-    }?;
-    comm.check_error()
-}
-
 fn worker(role: &str) -> ExitCode {
     let comm = match Communicator::from_env() {
         Ok(c) => c,
@@ -118,7 +90,7 @@ fn worker(role: &str) -> ExitCode {
                     .filter(|&i| got[i].to_bits() != value(peer, i).to_bits())
                     .count();
             }
-            all_reduce(&comm, &src, &dst, COUNT as u64).unwrap();
+            support::all_reduce(&comm, &src, &dst, COUNT as u64).unwrap();
             let got = dst.to_vec().unwrap();
             wrong += (0..COUNT)
                 .filter(|&i| {
@@ -150,7 +122,7 @@ fn worker(role: &str) -> ExitCode {
             }
             let t = Instant::now();
             // The victim never launches: this waits until its loss raises the abort flag.
-            let result = all_reduce(&comm, &src, &dst, COUNT as u64);
+            let result = support::all_reduce(&comm, &src, &dst, COUNT as u64);
             let after = t.elapsed().as_millis();
             let checked = comm.check_error();
             let later = comm.barrier();

@@ -12,9 +12,11 @@
 //!   fallback when the build had no nvcc, or the fatbin has no code for the GPU).
 //! - Running kernels: [`CudaDevice`] (one GPU's primary context) loads [`CudaModule`]s, allocates
 //!   [`DeviceBuffer`]s and creates [`Stream`]s; [`Stream::launch`] takes `void**` arguments like
-//!   `cuLaunchKernel` (and like [`super::emu::launch`]); [`Event`]s order streams; a stream's
-//!   work can be captured into a [`Graph`] and replayed. The backend-independent
-//!   `crate::stream::Stream` builds on these.
+//!   `cuLaunchKernel` (and like the emulator's raw launch of the test fixtures); [`Event`]s order
+//!   streams; a stream's work can be captured into a [`Graph`] and replayed. The
+//!   backend-independent `crate::stream::Stream` builds on these; of this layer only
+//!   [`CudaDevice`] (opaque), the probes and the plain-data infos are public (`crate::cuda`), the
+//!   rest is exported by the `testing` feature for symcomm's own GPU checks.
 //!
 //! Every CUDA failure becomes [`Error::Cuda`] with the call and the CUDA error name
 //! (`cuModuleLoadDataEx failed: CUDA_ERROR_INVALID_IMAGE`). The driver API is thread-safe; every
@@ -447,7 +449,8 @@ fn gpu_info(ordinal: usize, dev: dsys::CUdevice) -> Result<GpuInfo> {
 // NVRTC
 // ---------------------------------------------------------------------------------------------
 
-/// Version of the NVRTC library that [`nvrtc_compile`] uses, as (major, minor).
+/// Version of the NVRTC library that compiles the embedded sources at run time (when a build had
+/// no nvcc), as (major, minor).
 ///
 /// NVRTC is looked for on the loader path first (`libnvrtc.so.13`, ...), then by path in
 /// [`symcomm_device::toolchain::nvrtc_library_candidates`] (`$CUDA_HOME`, the pinned toolchain
@@ -713,7 +716,7 @@ impl CudaDevice {
     /// # Errors
     /// [`Error::Cuda`] when the driver rejects the code (the JIT log is in the message);
     /// [`Error::Nvrtc`] when the fallback cannot load NVRTC or compile.
-    pub fn load_module(&self, image: &DeviceImage, module: &Module) -> Result<CudaModule> {
+    pub(crate) fn load_module(&self, image: &DeviceImage, module: &Module) -> Result<CudaModule> {
         let Some(fatbin) = module.fatbin else {
             tracing::info!(target: "symcomm::cuda", module = module.source, reason = image.no_compiler_reason, "no fatbin embedded; compiling with NVRTC");
             return self.load_module_nvrtc(image, module);
@@ -739,7 +742,11 @@ impl CudaDevice {
     /// # Errors
     /// As [`nvrtc_compile`], and [`Error::Cuda`] when the driver cannot JIT the PTX (for example
     /// `CUDA_ERROR_UNSUPPORTED_PTX_VERSION` with a driver older than NVRTC).
-    pub fn load_module_nvrtc(&self, image: &DeviceImage, module: &Module) -> Result<CudaModule> {
+    pub(crate) fn load_module_nvrtc(
+        &self,
+        image: &DeviceImage,
+        module: &Module,
+    ) -> Result<CudaModule> {
         let arch = self.info()?.arch();
         let ptx = nvrtc_compile(image, module, &arch)?;
         let mut m = self.load_image(ptx.as_bytes())?;
@@ -752,7 +759,7 @@ impl CudaDevice {
     ///
     /// # Errors
     /// [`Error::Cuda`] when the driver rejects the image (the JIT error log is in the message).
-    pub fn load_image(&self, image: &[u8]) -> Result<CudaModule> {
+    pub(crate) fn load_image(&self, image: &[u8]) -> Result<CudaModule> {
         let module = self
             .load_bytes(image)?
             .map_err(|(r, log)| load_error(r, &log))?;
@@ -825,7 +832,7 @@ impl CudaDevice {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for 0 bytes; [`Error::Cuda`] (`CUDA_ERROR_OUT_OF_MEMORY`).
-    pub fn alloc_zeroed(&self, bytes: usize) -> Result<DeviceBuffer> {
+    pub(crate) fn alloc_zeroed(&self, bytes: usize) -> Result<DeviceBuffer> {
         if bytes == 0 {
             return Err(Error::InvalidArgument(
                 "a device buffer needs at least one byte".into(),
@@ -863,7 +870,7 @@ impl CudaDevice {
     ///
     /// # Errors
     /// [`Error::Cuda`].
-    pub fn create_stream(&self) -> Result<Stream> {
+    pub(crate) fn create_stream(&self) -> Result<Stream> {
         self.ctx.bind()?;
         let mut stream: dsys::CUstream = ptr::null_mut();
         // SAFETY: the context is current; the out-pointer is a live local.
@@ -889,7 +896,7 @@ impl CudaDevice {
     /// `handle` is 0 or a live `CUstream` created in this GPU's primary context, and it stays
     /// alive (not destroyed by its owner) for as long as the returned [`Stream`], and every
     /// [`Event`] recorded on it, is in use.
-    pub unsafe fn wrap_stream(&self, handle: u64) -> Stream {
+    pub(crate) unsafe fn wrap_stream(&self, handle: u64) -> Stream {
         Stream {
             ctx: Arc::clone(&self.ctx),
             // A CUstream is an opaque driver handle, never dereferenced on the Rust side.
@@ -1763,12 +1770,6 @@ impl Drop for DeviceBuffer {
             tracing::warn!(target: "symcomm::cuda", error = ?r, "cuMemFreeAsync failed");
         }
     }
-}
-
-/// Paths where the NVRTC library would be looked for outside the loader's search path (for
-/// diagnostics such as `symcomm info`).
-pub fn nvrtc_search_paths() -> Vec<PathBuf> {
-    symcomm_device::toolchain::nvrtc_library_candidates()
 }
 
 #[cfg(test)]

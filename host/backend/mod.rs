@@ -1,7 +1,15 @@
 //! Backends that run device code: CUDA GPUs and the CPU emulator.
 
-pub mod cuda;
-pub mod emu;
+// The CUDA layer's `pub` items beyond what `crate::cuda` and `Backend` make public are the raw
+// layer that the `testing` feature exports (tests/gpu.rs builds on it): without that feature
+// they are crate-internal, and what only those tests call is unused.
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub, dead_code))]
+pub(crate) mod cuda;
+// The emulator's in-process team harness and raw launch: test fixtures only (the library's
+// emulator streams, windows and memory are in `crate::stream` and `crate::comm`).
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub, dead_code))]
+pub(crate) mod emu;
 
 /// Where a communicator's device code runs: one GPU, or the CPU emulator.
 ///

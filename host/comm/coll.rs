@@ -57,7 +57,7 @@ use crate::{Error, Result};
 /// takes its own [`LANE_BARRIERS`] barrier indices from the host's
 /// `[0, SYMCOMM_HOST_BARRIER_END)`). A lane serves one stream at a time (see
 /// [the module docs](self)).
-pub const MAX_STREAMS: usize = 2;
+pub(crate) const MAX_STREAMS: usize = 2;
 /// Barrier indices of each lane (also the most CTAs of one collective launch):
 /// `SYMCOMM_HOST_LANE_BARRIERS`.
 pub const LANE_BARRIERS: u32 = SYMCOMM_HOST_LANE_BARRIERS;

@@ -34,7 +34,7 @@
 //! any thread. After a fault, destroy the communicator (drop it, its windows and the graphs that
 //! captured its collectives: it goes with its last holder).
 
-pub mod coll;
+pub(crate) mod coll;
 mod control;
 mod fdpass;
 mod memory;

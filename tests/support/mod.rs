@@ -1,13 +1,17 @@
-//! Shared by the integration tests that include it (`#[path = "support/mod.rs"] mod support;`).
+//! Shared by the integration tests that include it (`#[path = "support/mod.rs"] mod support;`,
+//! and from `cli/tests/comm_procs.rs`).
 
-// Each test crate that includes this module uses only part of it (comm.rs the kernel arguments,
-// emu_collectives.rs and coll.rs the value model, emu_faults.rs the kinds), so the rest would be
-// dead code there.
+// Each test crate that includes this module uses only part of it (comm.rs and comm_procs.rs the
+// blocking all-reduce, emu_collectives.rs and coll.rs the value model, emu_faults.rs the kinds),
+// so the rest would be dead code there.
 #![allow(dead_code)]
 
 pub(crate) mod values;
 
+use std::ffi::c_void;
+
 use symcomm::abi::*;
+use symcomm::{Communicator, DEVICE_IMAGE, Result, Window};
 
 /// Every collective kind, in code order.
 pub(crate) const KINDS: [u32; 8] = [
@@ -49,4 +53,32 @@ pub(crate) fn one_shot_sum_f32(src: WindowHandleRaw, dst: WindowHandleRaw, count
         src,
         dst,
     }
+}
+
+/// One-shot all-reduce (sum, f32) of `count` elements from `src` into `dst` with the built-in
+/// kernel on the emulator, blocking; then the communicator's error state.
+pub(crate) fn all_reduce(
+    comm: &Communicator,
+    src: &Window<f32>,
+    dst: &Window<f32>,
+    count: u64,
+) -> Result<()> {
+    let mut dev = comm.device_handle()?;
+    let mut args = one_shot_sum_f32(src.device_handle().raw(), dst.device_handle().raw(), count);
+    let mut ptrs = [
+        (&raw mut dev).cast::<c_void>(),
+        (&raw mut args).cast::<c_void>(),
+    ];
+    // SAFETY: the kernel takes (DevComm, CollArgs) by value; the windows and the communicator
+    // outlive this blocking launch.
+    unsafe {
+        symcomm::testing::emu::launch(
+            &DEVICE_IMAGE,
+            "symcomm_collective_f32",
+            [2, 1, 1],
+            [64, 1, 1],
+            &mut ptrs,
+        )
+    }?;
+    comm.check_error()
 }

@@ -1,0 +1,66 @@
+//! Fixtures for symcomm's own tests — **not part of the API**: no stability, no soundness
+//! promises beyond each item's own contract. Present with the `testing` feature only, which
+//! symcomm's dev-dependency on itself turns on for its tests and benches.
+//!
+//! - [`emu`]: N ranks of one process on the emulator without a communicator (no bootstrap, no
+//!   control plane): a signal area, abort flag, error records and windows in the flat layout,
+//!   and the raw launch of an embedded kernel (`tests/emu_*.rs`).
+//! - [`cuda`]: the CUDA layer beneath [`Backend::Cuda`](crate::Backend::Cuda) — modules,
+//!   functions, raw streams, events, graphs, device buffers, VMM — for the GPU checks
+//!   (`tests/gpu.rs`) and the NVRTC check (`tests/nvrtc.rs`).
+
+use symcomm_device::image::{DeviceImage, Module};
+
+use crate::Result;
+use crate::backend::cuda::{CudaDevice, CudaModule, DeviceBuffer, Stream};
+
+/// The emulator team harness and raw kernel launch.
+pub mod emu {
+    pub use crate::backend::emu::{EmuTeam, launch};
+}
+
+/// The raw CUDA layer (everything of the backend, with [`CudaDeviceExt`] for a device's
+/// modules, memory and streams).
+pub mod cuda {
+    pub use super::CudaDeviceExt;
+    pub use crate::backend::cuda::*;
+}
+
+/// The raw operations of a [`CudaDevice`] that the public API keeps to itself.
+pub trait CudaDeviceExt {
+    /// Loads `module` of `image`: its fatbin if it has code for this GPU, else NVRTC.
+    ///
+    /// # Errors
+    /// As the backend's module loading.
+    fn load_module(&self, image: &DeviceImage, module: &Module) -> Result<CudaModule>;
+    /// Loads `module` of `image` from its embedded source through NVRTC, ignoring any fatbin.
+    ///
+    /// # Errors
+    /// As the backend's module loading.
+    fn load_module_nvrtc(&self, image: &DeviceImage, module: &Module) -> Result<CudaModule>;
+    /// Allocates `bytes` bytes of zeroed device memory.
+    ///
+    /// # Errors
+    /// As the backend's allocation.
+    fn alloc_zeroed(&self, bytes: usize) -> Result<DeviceBuffer>;
+    /// Creates a raw stream (`CU_STREAM_NON_BLOCKING`).
+    ///
+    /// # Errors
+    /// As the backend's stream creation.
+    fn create_stream(&self) -> Result<Stream>;
+}
+
+impl CudaDeviceExt for CudaDevice {
+    fn load_module(&self, image: &DeviceImage, module: &Module) -> Result<CudaModule> {
+        CudaDevice::load_module(self, image, module)
+    }
+    fn load_module_nvrtc(&self, image: &DeviceImage, module: &Module) -> Result<CudaModule> {
+        CudaDevice::load_module_nvrtc(self, image, module)
+    }
+    fn alloc_zeroed(&self, bytes: usize) -> Result<DeviceBuffer> {
+        CudaDevice::alloc_zeroed(self, bytes)
+    }
+    fn create_stream(&self) -> Result<Stream> {
+        CudaDevice::create_stream(self)
+    }
+}
