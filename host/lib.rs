@@ -34,7 +34,7 @@ pub mod testing;
 pub mod tune;
 
 // Communicators, symmetric windows and host collectives.
-pub use comm::coll::{DEFAULT_STAGING_BYTES, LANE_BARRIERS};
+pub use comm::coll::{DEFAULT_STAGING_BYTES, LANE_BARRIERS, MAX_STREAMS};
 /// Barrier indices users' kernels may use, `[USER_BARRIER_FIRST, USER_BARRIER_END)`: never touched
 /// by host collectives or send/recv (the `abi.h` constants).
 pub use comm::coll::{USER_BARRIER_END, USER_BARRIER_FIRST};

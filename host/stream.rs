@@ -1,36 +1,5 @@
-//! Streams: in-order, asynchronous queues of kernel launches, for both backends.
-//!
-//! A [`Stream`] is made for a [`Backend`] and runs what is enqueued on it in order (per-stream
-//! FIFO), asynchronously to the caller: [`Stream::launch`] returns as soon as the launch is
-//! queued, and [`Stream::synchronize`] waits for everything queued so far. Streams are
-//! independent of each other unless ordered with [`Event`]s ([`Stream::record_event`],
-//! [`Stream::wait_event`]).
-//!
-//! - **CUDA**: a `CUstream` of the device's primary context (`CU_STREAM_NON_BLOCKING`), or an
-//!   external one wrapped with [`Stream::from_cuda_raw`]; launches are `cuLaunchKernel`, events
-//!   are CUDA events, and errors follow CUDA: a refused launch fails at [`Stream::launch`], a
-//!   fault while a kernel runs surfaces at the next synchronization.
-//! - **Emulator**: a queue served by one worker thread per stream. A queued kernel launch runs
-//!   every CTA of the launch concurrently on CPU threads (as co-resident CTAs on a GPU) while the
-//!   caller goes on; the worker waits for the launch to finish before it starts the next item.
-//!   Kernels on different streams run concurrently, so ranks launched on one stream each (from
-//!   one host thread) can wait for one another, as ranks as streams do on a GPU. Every failure
-//!   on an emulator stream is *sticky*: the first error (a launch the emulator refuses, a failed
-//!   host item, a failed wait) is kept, later queued items are skipped, and
-//!   [`Stream::synchronize`] and every later enqueue return it. A stream in that state stays
-//!   unusable; make a new one. Dropping an emulator stream waits for its queued work.
-//!
-//! Kernels are loaded once per backend with [`Kernel::load`] and take their parameters by value
-//! from a [`KernelArgs`] builder, whose values the stream keeps until the launch ran. Besides
-//! kernels, a stream runs raw device copies and sets ([`Stream::copy_raw`],
-//! [`Stream::memset_raw`]) on ordinary device memory ([`Buffer`]) or windows.
-//!
-//! **Graphs**: between [`Stream::begin_capture`] and [`Stream::end_capture`] a stream records
-//! what is enqueued on it instead of running it; the resulting [`Graph`] replays the recorded
-//! work with one call ([`Graph::launch`]), as often as needed. On CUDA this is stream capture
-//! into a CUDA graph; on the emulator the recorded items are queued again on each launch. Kernels
-//! whose state lives in device memory (the built-in kernels keep their epochs there) continue
-//! across replays without host help.
+//! Streams, events, graphs, kernels and buffers for both backends (the contract users see is on
+//! [`Stream`]).
 
 use std::alloc::Layout;
 use std::any::Any;
@@ -258,7 +227,7 @@ const EMU_GPU: u32 = 0;
 
 impl Kernel {
     /// Loads kernel `name` of `image` for `backend`: on CUDA, its module (fatbin, or NVRTC
-    /// fallback, see [`CudaDevice::load_module`]); on the emulator, its emulator entry point.
+    /// fallback); on the emulator, its emulator entry point.
     ///
     /// # Errors
     /// [`Error::UnknownKernel`] when `image` has no kernel `name` (or its loaded module lacks
@@ -675,7 +644,39 @@ impl Drop for EmuStream {
 // Streams and events
 // ---------------------------------------------------------------------------------------------
 
-/// An in-order queue of kernel launches on one backend (see the [module docs](self)).
+/// An in-order queue of kernel launches on one backend.
+///
+/// A [`Stream`] is made for a [`Backend`] and runs what is enqueued on it in order (per-stream
+/// FIFO), asynchronously to the caller: [`Stream::launch`] returns as soon as the launch is
+/// queued, and [`Stream::synchronize`] waits for everything queued so far. Streams are
+/// independent of each other unless ordered with [`Event`]s ([`Stream::record_event`],
+/// [`Stream::wait_event`]).
+///
+/// - **CUDA**: a `CUstream` of the device's primary context (`CU_STREAM_NON_BLOCKING`), or an
+///   external one wrapped with [`Stream::from_cuda_raw`]; launches are `cuLaunchKernel`, events
+///   are CUDA events, and errors follow CUDA: a refused launch fails at [`Stream::launch`], a
+///   fault while a kernel runs surfaces at the next synchronization.
+/// - **Emulator**: a queue served by one worker thread per stream. A queued kernel launch runs
+///   every CTA of the launch concurrently on CPU threads (as co-resident CTAs on a GPU) while the
+///   caller goes on; the worker waits for the launch to finish before it starts the next item.
+///   Kernels on different streams run concurrently, so ranks launched on one stream each (from
+///   one host thread) can wait for one another, as ranks as streams do on a GPU. Every failure
+///   on an emulator stream is *sticky*: the first error (a launch the emulator refuses, a failed
+///   host item, a failed wait) is kept, later queued items are skipped, and
+///   [`Stream::synchronize`] and every later enqueue return it. A stream in that state stays
+///   unusable; make a new one. Dropping an emulator stream waits for its queued work.
+///
+/// Kernels are loaded once per backend with [`Kernel::load`] and take their parameters by value
+/// from a [`KernelArgs`] builder, whose values the stream keeps until the launch ran. Besides
+/// kernels, a stream runs raw device copies and sets ([`Stream::copy_raw`],
+/// [`Stream::memset_raw`]) on ordinary device memory ([`Buffer`]) or windows.
+///
+/// **Graphs**: between [`Stream::begin_capture`] and [`Stream::end_capture`] a stream records
+/// what is enqueued on it instead of running it; the resulting [`Graph`] replays the recorded
+/// work with one call ([`Graph::launch`]), as often as needed. On CUDA this is stream capture
+/// into a CUDA graph; on the emulator the recorded items are queued again on each launch. Kernels
+/// whose state lives in device memory (the built-in kernels keep their epochs there) continue
+/// across replays without host help.
 ///
 /// `Send + Sync`: any thread may enqueue; items enqueued from several threads at once run in the
 /// order the calls took effect. Dropping a stream waits for its queued work on the emulator; on
@@ -785,7 +786,7 @@ impl Drop for Stream {
 
 impl Stream {
     /// A new stream: on CUDA a non-blocking `CUstream` of the device's primary context
-    /// ([`CudaDevice::create_stream`]); on the emulator a queue with its own worker thread.
+    /// (`CU_STREAM_NON_BLOCKING`); on the emulator a queue with its own worker thread.
     ///
     /// # Errors
     /// [`Error::Cuda`]; [`Error::Io`] when the emulator's worker thread cannot be started.
@@ -1401,7 +1402,7 @@ fn raw_range(what: &str, addr: u64, bytes: u64) -> Result<usize> {
 /// recorded by captures symcomm did not begin (another library's `cuStreamBeginCapture` on a
 /// wrapped stream, see [`Stream::from_cuda_raw`]) is outside this: its owner keeps the memory
 /// alive.
-/// It also keeps their stream's lane (see [the collectives](crate::comm::coll)) in use while it
+/// It also keeps their stream's lane (see [streams and lanes](crate::Communicator#streams-and-lanes)) in use while it
 /// exists, so that the lane's next stream never runs beside a replay.
 ///
 /// `Send + Sync`: it may be launched from any thread.
@@ -1667,7 +1668,7 @@ impl fmt::Debug for Buffer {
 
 impl Buffer {
     /// Allocates `bytes` bytes of zeroed device memory for `backend`
-    /// ([`CudaDevice::alloc_zeroed`] on CUDA; aligned host memory on the emulator). The address
+    /// (`cuMemAlloc` and a memset on CUDA; aligned host memory on the emulator). The address
     /// is at least 256-byte aligned.
     ///
     /// # Errors

@@ -1,38 +1,5 @@
-//! Host collectives: `all_reduce`, `broadcast`, `reduce`, `all_gather`, `reduce_scatter`,
-//! `scatter`, `all_to_all` on a [`Communicator`], stream-ordered and asynchronous, launching the
-//! device library's built-in kernels (`symcomm_collective_<dtype>`).
-//!
-//! Every call: validates its arguments (typed errors, nothing launched; the next valid call
-//! works), picks an algorithm ([`crate::tune`]: the alpha-beta model, or `SYMCOMM_ALGO`), and
-//! enqueues work on the caller's stream:
-//! - both buffers symmetric windows of this communicator: one kernel launch, zero copies;
-//! - otherwise (ordinary device memory, [`Buffer`], cudarc slices): the data goes through the
-//!   communicator's staging windows in chunks (copy in, collective, copy out, all on the
-//!   stream), so any size works with bounded extra memory.
-//!
-//! Every rank must make the same calls in the same order with the same count, type, op, root and
-//! kind of buffers (windows or not); differences surface as [`Error::Mismatch`] from the device
-//! (call fingerprints) on every rank. Nothing host-side is baked into launches that a CUDA-graph
-//! replay would make stale (barrier epochs live in device memory).
-//!
-//! Streams: each communicator serves collectives on up to [`MAX_STREAMS`] streams at once, on
-//! as many streams as you like over its life. A stream's first collective (or send/recv) binds
-//! it to a *lane* — its own barrier indices and staging windows — collectively: every rank takes
-//! the lowest free lane for it, and the ranks check that they agree (one host round trip), so
-//! use streams in the same order, and drop them at the same points, on every rank; ranks that
-//! disagree all get an error ([`Error::Mismatch`]) and nothing runs. A lane is free again once
-//! every `Stream` value of its stream has dropped and so has every [`Graph`](crate::stream::Graph) that captured
-//! collectives on it (a graph keeps its lane, and its drop waits for its last launch; a capture
-//! begun outside symcomm keeps the lane for good). The next stream on a lane waits, in stream
-//! order, for the lane's last call before its first. A collective on one more stream than
-//! [`MAX_STREAMS`] in use at once is [`Error::InvalidArgument`] (nothing runs, the communicator
-//! goes on): drop one of the streams in use first. Bind a stream once and keep it (wrap a CUDA
-//! stream once, not per call): each new binding is a host round trip among the ranks.
-//!
-//! Host collectives use barrier indices `[0, HOST_BARRIER_END)` ([`LANE_BARRIERS`] per lane);
-//! barrier indices [`USER_BARRIER_FIRST`]`..`[`USER_BARRIER_END`] are never used by them: user
-//! kernels may run on those concurrently. The ranges are defined once, in `abi.h`
-//! ([`crate::abi`]); the constants here are the same values.
+//! Host collectives on a [`Communicator`]: entry points, lanes, staging, validation, send/recv
+//! (the contract users see is on [`Communicator`]: "Host collectives", "Streams and lanes").
 
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -56,8 +23,8 @@ use crate::{Error, Result};
 /// Streams one communicator serves collectives on at once: its lanes (host policy: each lane
 /// takes its own [`LANE_BARRIERS`] barrier indices from the host's
 /// `[0, SYMCOMM_HOST_BARRIER_END)`). A lane serves one stream at a time (see
-/// [the module docs](self)).
-pub(crate) const MAX_STREAMS: usize = 2;
+/// [streams and lanes](Communicator#streams-and-lanes)).
+pub const MAX_STREAMS: usize = 2;
 /// Barrier indices of each lane (also the most CTAs of one collective launch):
 /// `SYMCOMM_HOST_LANE_BARRIERS`.
 pub const LANE_BARRIERS: u32 = SYMCOMM_HOST_LANE_BARRIERS;
@@ -550,7 +517,7 @@ impl Communicator {
     /// `recv[0..count)`. In place: `send` and `recv` the same memory.
     ///
     /// # Errors
-    /// See [the collectives](crate::comm::coll): [`Error::InvalidArgument`] (counts, sizes,
+    /// See [the collectives](Communicator#host-collectives): [`Error::InvalidArgument`] (counts, sizes,
     /// alignment, aliasing, foreign windows, windows of another element type — a `Window<f32>`
     /// is not an `I32` buffer, see [`DevicePlain::DTYPE`] — a stream while [`MAX_STREAMS`] others
     /// are in use; nothing launched); on a stream's first call, [`Error::Mismatch`] /

@@ -1,38 +1,9 @@
-//! The communicator: one per rank. It owns the bootstrap links (kept alive as the control
-//! plane: heartbeats, peer-loss detection, small host-side all-gathers), the backend (a GPU or
-//! the emulator), the device-visible abort flag and error record, the signal area the device
-//! API uses, and the connections to the other ranks of its host over which window memory
-//! handles travel.
+//! The communicator: one per rank (its public contract is on [`Communicator`]).
 //!
-//! ```no_run
-//! use symcomm::{Communicator, Device, UniqueId};
-//! # fn main() -> symcomm::Result<()> {
-//! // Rank 0 creates the id and hands its string form to the others (or use `from_env`).
-//! let id = UniqueId::new()?;
-//! let comm = Communicator::init(&id, 0, 1, Device::Emu)?;
-//! let window = comm.alloc_window::<f32>(1024)?;
-//! window.write(0, &[1.0; 1024])?;
-//! let dev_comm = comm.device_handle()?;       // kernel argument: DevComm
-//! let win = window.device_handle();           // kernel argument: WindowHandle<float>
-//! # let _ = (dev_comm, win);
-//! # Ok(())
-//! # }
-//! ```
-//!
-//! # Collective calls
-//! `init`, `alloc_window` and `barrier` are collective: every rank calls them, in the same
-//! order. Mismatched calls (different sizes, a different call) return [`Error::Mismatch`] on
-//! every rank; a rank that never calls makes the others return [`Error::HostTimeout`] after the
-//! init timeout. A bad argument on one rank makes every rank return an error (the bad rank its
-//! own, the others [`Error::PeerFailed`]) and the communicator stays usable.
-//!
-//! # Faults
-//! When a rank dies (its control connection closes without a goodbye — `kill -9` included) or
-//! stops sending heartbeats for `SYMCOMM_PEER_TIMEOUT`, every other rank raises its abort flag:
-//! kernels waiting in symcomm primitives return, and [`Communicator::check_error`] and every
-//! later call report [`Error::PeerLost`]. [`Communicator::abort`] does the same on purpose, from
-//! any thread. After a fault, destroy the communicator (drop it, its windows and the graphs that
-//! captured its collectives: it goes with its last holder).
+//! It owns the bootstrap links (kept alive as the control plane: heartbeats, peer-loss
+//! detection, small host-side all-gathers), the backend (a GPU or the emulator), the
+//! device-visible abort flag and error record, the signal area the device API uses, and the
+//! connections to the other ranks of its host over which window memory handles travel.
 
 pub(crate) mod coll;
 mod control;
@@ -257,8 +228,81 @@ impl CommOptions {
     }
 }
 
-/// One rank's communicator; see the module docs.
+/// One rank's communicator. It holds the bootstrap links (the control plane: heartbeats,
+/// peer-loss detection), the backend (a GPU or the emulator), the device-visible abort flag and
+/// error record, the signal area the device API uses, and its windows' memory.
 ///
+/// ```no_run
+/// use symcomm::{Communicator, Device, UniqueId};
+/// # fn main() -> symcomm::Result<()> {
+/// // Rank 0 creates the id and hands its string form to the others (or use `from_env`).
+/// let id = UniqueId::new()?;
+/// let comm = Communicator::init(&id, 0, 1, Device::Emu)?;
+/// let window = comm.alloc_window::<f32>(1024)?;
+/// window.write(0, &[1.0; 1024])?;
+/// let dev_comm = comm.device_handle()?;       // kernel argument: DevComm
+/// let win = window.device_handle();           // kernel argument: WindowHandle<float>
+/// # let _ = (dev_comm, win);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Collective calls
+/// `init`, `alloc_window` and `barrier` are collective: every rank calls them, in the same
+/// order. Mismatched calls (different sizes, a different call) return [`Error::Mismatch`] on
+/// every rank; a rank that never calls makes the others return [`Error::HostTimeout`] after the
+/// init timeout. A bad argument on one rank makes every rank return an error (the bad rank its
+/// own, the others [`Error::PeerFailed`]) and the communicator stays usable.
+///
+/// # Faults
+/// When a rank dies (its control connection closes without a goodbye — `kill -9` included) or
+/// stops sending heartbeats for `SYMCOMM_PEER_TIMEOUT`, every other rank raises its abort flag:
+/// kernels waiting in symcomm primitives return, and [`Communicator::check_error`] and every
+/// later call report [`Error::PeerLost`]. [`Communicator::abort`] does the same on purpose, from
+/// any thread. After a fault, destroy the communicator (drop it, its windows and the graphs that
+/// captured its collectives: it goes with its last holder).
+///
+/// # Host collectives
+/// `all_reduce`, `broadcast`, `reduce`, `all_gather`, `reduce_scatter`, `scatter`, `all_to_all`
+/// and send/recv ([`P2pGroup`]) are stream-ordered and asynchronous; they launch the device
+/// library's built-in kernels (`symcomm_collective_<dtype>`).
+///
+/// Every call: validates its arguments (typed errors, nothing launched; the next valid call
+/// works), picks an algorithm ([`crate::tune`]: the alpha-beta model, or `SYMCOMM_ALGO`), and
+/// enqueues work on the caller's stream:
+/// - both buffers symmetric windows of this communicator: one kernel launch, zero copies;
+/// - otherwise (ordinary device memory, [`Buffer`](crate::Buffer), cudarc slices): the data goes through the
+///   communicator's staging windows in chunks (copy in, collective, copy out, all on the
+///   stream), so any size works with bounded extra memory.
+///
+/// Every rank must make the same calls in the same order with the same count, type, op, root and
+/// kind of buffers (windows or not); differences surface as [`Error::Mismatch`] from the device
+/// (call fingerprints) on every rank. Nothing host-side is baked into launches that a CUDA-graph
+/// replay would make stale (barrier epochs live in device memory).
+///
+/// # Streams and lanes
+/// A communicator serves collectives on up to [`MAX_STREAMS`](crate::MAX_STREAMS) streams at
+/// once, and on as many streams as you like over its life. A stream's first collective (or send/recv) binds
+/// it to a *lane* — its own barrier indices and staging windows — collectively: every rank takes
+/// the lowest free lane for it, and the ranks check that they agree (one host round trip), so
+/// use streams in the same order, and drop them at the same points, on every rank; ranks that
+/// disagree all get an error ([`Error::Mismatch`]) and nothing runs. A lane is free again once
+/// every `Stream` value of its stream has dropped and so has every [`Graph`](crate::Graph)
+/// that captured collectives on it (a graph keeps its lane, and its drop waits for its last launch; a capture
+/// begun outside symcomm keeps the lane for good). The next stream on a lane waits, in stream
+/// order, for the lane's last call before its first. A collective on one more stream than
+/// [`MAX_STREAMS`](crate::MAX_STREAMS) in use at once is [`Error::InvalidArgument`] (nothing runs, the communicator
+/// goes on): drop one of the streams in use first. Bind a stream once and keep it (wrap a CUDA
+/// stream once, not per call): each new binding is a host round trip among the ranks.
+///
+/// # Barrier indices
+/// Host collectives use barrier indices `[0, HOST_BARRIER_END)`
+/// ([`LANE_BARRIERS`](crate::LANE_BARRIERS) per lane); barrier indices
+/// [`USER_BARRIER_FIRST`](crate::USER_BARRIER_FIRST)`..`[`USER_BARRIER_END`](crate::USER_BARRIER_END) are never used by them: user
+/// kernels may run on those concurrently. The ranges are defined once, in `abi.h`
+/// ([`crate::abi`]); the constants here are the same values.
+///
+/// # Ownership
 /// Shared ownership, as cudarc's contexts: [`Self::init`] returns an [`Arc`], and every
 /// [`Window`] (and every [`Graph`](crate::Graph) that captured collectives) holds one too, so a
 /// struct may keep a communicator and its windows side by side.
@@ -556,7 +600,7 @@ impl Communicator {
     /// CTAs of `kernel` (`threads` threads, `shared_bytes` of dynamic shared memory) that one
     /// co-resident launch of this rank may use: the CTAs its GPU holds at once
     /// ([`Kernel::resident_ctas`]) divided among the [`Self::gpu_ranks`] ranks on it and
-    /// [`MAX_STREAMS`](crate::comm::MAX_STREAMS) lanes each. The built-in collectives cap every
+    /// [`MAX_STREAMS`](crate::MAX_STREAMS) lanes each. The built-in collectives cap every
     /// launch to it; [`Self::launch`] refuses co-resident launches beyond it. The guarantee holds
     /// while each rank keeps at most that many co-resident kernels (its collective lanes and its
     /// own) in flight at once, and nothing else fills the GPU.
