@@ -59,9 +59,11 @@ pub enum Error {
         detail: String,
     },
     /// A rank of the communicator is gone: its process died (its control connection closed
-    /// without a goodbye), it stopped sending heartbeats, or it destroyed or aborted its
-    /// communicator. The communicator's abort flag was raised, so kernels waiting for that rank
-    /// returned; destroy the communicator.
+    /// without a goodbye), it stopped sending heartbeats, it aborted its communicator, or it
+    /// destroyed its communicator — the last is a fault only for a rank that made more
+    /// collective calls than the departed one (they wait for it), and otherwise the error of
+    /// the later calls that need the departed rank. On a fault the communicator's abort flag was
+    /// raised, so kernels waiting for that rank returned; destroy the communicator.
     #[error("rank {rank} is lost: {reason}")]
     PeerLost {
         /// The rank that is gone.

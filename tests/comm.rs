@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 
 use symcomm::abi::*;
 use symcomm::bootstrap::BootstrapConfig;
-use symcomm::{CommOptions, Communicator, Device, Error, Result, UniqueId};
+use symcomm::{
+    CommOptions, Communicator, DataType, Device, Error, RedOp, Result, Stream, UniqueId,
+};
 
 const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
@@ -294,6 +296,155 @@ fn destroying_one_rank_is_not_a_fault_for_the_others() {
     for (r, o) in out.iter().enumerate() {
         assert!(o.is_ok(), "rank {r}: {o:?}");
     }
+}
+
+/// One host collective on every rank of `comm`, waited for, then the communicator's state.
+fn one_all_reduce(comm: &Communicator, w: &symcomm::Window<f32>) -> Result<()> {
+    let stream = Stream::new(comm.backend())?;
+    comm.all_reduce(w, w, w.len(), DataType::F32, RedOp::Sum, &stream)?;
+    stream.synchronize()?;
+    comm.check_error()
+}
+
+#[test]
+fn a_rank_that_destroys_its_communicator_while_peers_wait_for_it_is_reported_promptly() {
+    // Ranks 0 and 1 make one more collective call than rank 2, which destroys its communicator
+    // meanwhile: they wait for a rank that will never come. Its goodbye (relayed by the root to
+    // rank 1) says after how many calls it left, so both report it at once instead of waiting
+    // for the device timeout (30 s here).
+    let out = with_ranks(3, |comm| {
+        let w = comm.alloc_window::<f32>(64).unwrap();
+        one_all_reduce(comm, &w).unwrap();
+        if comm.rank() == 2 {
+            thread::sleep(Duration::from_millis(300));
+            return (Ok(()), Duration::ZERO);
+        }
+        let t = Instant::now();
+        let r = one_all_reduce(comm, &w);
+        (r, t.elapsed())
+    });
+    for (r, (o, waited)) in out.iter().enumerate().take(2) {
+        match o {
+            Err(Error::PeerLost { rank: 2, reason }) => {
+                assert!(
+                    reason.contains("destroyed its communicator after 1 collective calls"),
+                    "rank {r}: {reason}"
+                );
+            }
+            other => panic!("rank {r}: {other:?}"),
+        }
+        assert!(
+            *waited < Duration::from_secs(10),
+            "rank {r} waited {waited:?}"
+        );
+    }
+}
+
+#[test]
+fn calls_that_need_a_destroyed_rank_fail_at_once_and_the_rest_is_no_fault() {
+    let out = with_ranks(3, |comm| {
+        let w = comm.alloc_window::<f32>(64).unwrap();
+        one_all_reduce(comm, &w).unwrap();
+        if comm.rank() == 1 {
+            return Vec::new();
+        }
+        // Rank 1 drops its communicator now; give its goodbye time to arrive (at rank 2 via the
+        // root).
+        thread::sleep(Duration::from_millis(300));
+        let t = Instant::now();
+        let calls = vec![
+            comm.check_error(),
+            comm.barrier(),
+            one_all_reduce(comm, &w),
+            comm.alloc_window::<f32>(8).map(drop),
+        ];
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        calls
+    });
+    for r in [0, 2] {
+        let calls = &out[r];
+        assert!(calls[0].is_ok(), "rank {r}: check_error: {:?}", calls[0]);
+        for c in &calls[1..] {
+            assert!(
+                matches!(c, Err(Error::PeerLost { rank: 1, reason })
+                    if reason.contains("destroyed its communicator after 1 collective calls")),
+                "rank {r}: {c:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn peers_of_an_aborted_rank_are_told_it_aborted() {
+    // Rank 1 aborts; the root and (through it) rank 2 report that, not a dead process.
+    let out = with_ranks(3, |comm| {
+        comm.barrier().unwrap();
+        if comm.rank() == 1 {
+            comm.abort();
+            return comm.check_error();
+        }
+        let t = Instant::now();
+        loop {
+            match comm.check_error() {
+                Ok(()) if t.elapsed() > Duration::from_secs(10) => panic!("never told"),
+                Ok(()) => thread::sleep(Duration::from_millis(10)),
+                e => return e,
+            }
+        }
+    });
+    assert!(
+        matches!(out[1], Err(Error::Aborted { rank: 1, .. })),
+        "{:?}",
+        out[1]
+    );
+    for r in [0, 2] {
+        assert!(
+            matches!(&out[r], Err(Error::PeerLost { rank: 1, reason })
+                if reason == "it aborted its communicator"),
+            "rank {r}: {:?}",
+            out[r]
+        );
+    }
+}
+
+#[test]
+fn after_a_host_timeout_check_error_reports_what_calls_return() {
+    // Rank 1 skips a barrier: rank 0's times out (the call sequences diverged), and from then
+    // on check_error and every host call report that same HostTimeout (before: check_error was
+    // Ok and calls said InvalidArgument).
+    let id = UniqueId::new_on(LOOPBACK).unwrap();
+    let gate = Barrier::new(2);
+    thread::scope(|s| {
+        let r1 = s.spawn(|| {
+            let c = config(&id, 1, 2, Duration::from_secs(1));
+            let _comm = Communicator::init_with(&c, Device::Emu, &options()).unwrap();
+            gate.wait();
+            gate.wait();
+        });
+        let c = config(&id, 0, 2, Duration::from_secs(1));
+        let comm = Communicator::init_with(&c, Device::Emu, &options()).unwrap();
+        gate.wait();
+        let first = comm.barrier();
+        let state = comm.check_error();
+        let later = comm.barrier();
+        gate.wait();
+        r1.join().unwrap();
+        assert!(
+            matches!(first, Err(Error::HostTimeout { rank: 0, .. })),
+            "{first:?}"
+        );
+        for e in [&state, &later] {
+            match e {
+                Err(Error::HostTimeout { rank: 0, what, .. }) => {
+                    assert!(
+                        what.contains("barrier") && what.contains("earlier"),
+                        "{what}"
+                    )
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    });
 }
 
 #[test]

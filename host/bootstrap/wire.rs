@@ -53,8 +53,11 @@ pub(crate) enum FrameType {
     /// Root → rank: a rank was lost (its connection closed without a goodbye, or it missed its
     /// heartbeats).
     PeerLost = 10,
-    /// Either way: the sender destroyed its communicator and closes the link on purpose.
+    /// Either way: the sender destroyed or aborted its communicator and closes the link on
+    /// purpose ([`Farewell`], and how many collective calls it made).
     Goodbye = 11,
+    /// Root → rank: another rank destroyed its communicator after this many collective calls.
+    Departed = 12,
 }
 
 impl FrameType {
@@ -71,6 +74,7 @@ impl FrameType {
             9 => FrameType::Gathered,
             10 => FrameType::PeerLost,
             11 => FrameType::Goodbye,
+            12 => FrameType::Departed,
             _ => return None,
         })
     }
@@ -86,7 +90,9 @@ impl FrameType {
             FrameType::Welcome => 64,
             FrameType::Abort => 1 + 4 + 4 + 4 * n + 2 + MAX_MESSAGE,
             FrameType::Table => 4 + n * MAX_ENTRY + MAC_LEN,
-            FrameType::Heartbeat | FrameType::Goodbye => 0,
+            FrameType::Heartbeat => 0,
+            FrameType::Goodbye => 1 + 8,
+            FrameType::Departed => 4 + 8,
             FrameType::Gather => 8 + 4 + 2 + MAX_GATHER,
             FrameType::Gathered => 8 + 4 + n * (4 + 2 + MAX_GATHER),
             FrameType::PeerLost => 4 + 1,
@@ -279,6 +285,12 @@ impl<'a> Cursor<'a> {
         let b = self.take(2, what)?;
         Ok(u16::from_be_bytes([b[0], b[1]]))
     }
+    fn u64(&mut self, what: &'static str) -> Result<u64, FrameError> {
+        let hi = u64::from(self.u32(what)?);
+        let lo = u64::from(self.u32(what)?);
+        Ok(hi << 32 | lo)
+    }
+
     fn u32(&mut self, what: &'static str) -> Result<u32, FrameError> {
         let b = self.take(4, what)?;
         Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
@@ -607,7 +619,7 @@ pub(crate) fn decode_table(payload: &[u8]) -> Result<(Vec<RankInfo>, &[u8], Mac)
     Ok((entries, body, tag))
 }
 
-/// A frame without payload ([`FrameType::Heartbeat`], [`FrameType::Goodbye`]).
+/// A frame without payload ([`FrameType::Heartbeat`]).
 pub(crate) fn encode_empty(kind: FrameType) -> Vec<u8> {
     frame(kind, &[])
 }
@@ -692,6 +704,54 @@ pub(crate) enum LostReason {
     Disconnected = 1,
     /// No frame from it within the peer timeout.
     HeartbeatMissed = 2,
+    /// It aborted its communicator (`Communicator::abort`).
+    Aborted = 3,
+}
+
+/// How a communicator left, in its goodbye. The numbers are the wire encoding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Farewell {
+    /// Destroyed (its last holder dropped it): not a fault in itself.
+    Destroyed = 1,
+    /// Aborted: a fault, the peers abort too.
+    Aborted = 2,
+}
+
+/// Either way: the sender leaves (`how`) after `calls` collective calls.
+pub(crate) fn encode_goodbye(how: Farewell, calls: u64) -> Vec<u8> {
+    let mut p = Vec::with_capacity(9);
+    p.push(how as u8);
+    p.extend_from_slice(&calls.to_be_bytes());
+    frame(FrameType::Goodbye, &p)
+}
+
+pub(crate) fn decode_goodbye(payload: &[u8]) -> Result<(Farewell, u64), FrameError> {
+    let mut c = Cursor { buf: payload };
+    let how = match c.u8("farewell")? {
+        1 => Farewell::Destroyed,
+        2 => Farewell::Aborted,
+        _ => return Err(FrameError::Malformed("farewell")),
+    };
+    let calls = c.u64("collective calls")?;
+    c.end()?;
+    Ok((how, calls))
+}
+
+/// Root → rank: `rank` destroyed its communicator after `calls` collective calls.
+pub(crate) fn encode_departed(rank: u32, calls: u64) -> Vec<u8> {
+    let mut p = Vec::with_capacity(12);
+    p.extend_from_slice(&rank.to_be_bytes());
+    p.extend_from_slice(&calls.to_be_bytes());
+    frame(FrameType::Departed, &p)
+}
+
+pub(crate) fn decode_departed(payload: &[u8]) -> Result<(u32, u64), FrameError> {
+    let mut c = Cursor { buf: payload };
+    let rank = c.u32("departed rank")?;
+    let calls = c.u64("collective calls")?;
+    c.end()?;
+    Ok((rank, calls))
 }
 
 /// Root → rank: `rank` is lost.
@@ -708,6 +768,7 @@ pub(crate) fn decode_peer_lost(payload: &[u8]) -> Result<(u32, LostReason), Fram
     let why = match c.u8("lost reason")? {
         1 => LostReason::Disconnected,
         2 => LostReason::HeartbeatMissed,
+        3 => LostReason::Aborted,
         _ => return Err(FrameError::Malformed("lost reason")),
     };
     c.end()?;
@@ -894,6 +955,34 @@ mod tests {
         c[last] = 0xff;
         c.extend_from_slice(&[0; MAC_LEN]);
         assert!(Auth::decode(&c).is_err());
+    }
+
+    #[test]
+    fn goodbye_departed_and_peer_lost_round_trip() {
+        for how in [Farewell::Destroyed, Farewell::Aborted] {
+            for calls in [0, 1, u64::from(u32::MAX) + 7, u64::MAX] {
+                let f = encode_goodbye(how, calls);
+                let (h, p) = split(&f);
+                assert_eq!(h[0], FrameType::Goodbye as u8);
+                assert!(p.len() as u32 <= FrameType::Goodbye.max_len(2));
+                assert_eq!(decode_goodbye(p).unwrap(), (how, calls));
+                let f = encode_departed(3, calls);
+                let (_, p) = split(&f);
+                assert!(p.len() as u32 <= FrameType::Departed.max_len(2));
+                assert_eq!(decode_departed(p).unwrap(), (3, calls));
+            }
+        }
+        for why in [
+            LostReason::Disconnected,
+            LostReason::HeartbeatMissed,
+            LostReason::Aborted,
+        ] {
+            let f = encode_peer_lost(5, why);
+            assert_eq!(decode_peer_lost(split(&f).1).unwrap(), (5, why));
+        }
+        assert!(decode_goodbye(&[9, 0, 0, 0, 0, 0, 0, 0, 0]).is_err());
+        assert!(decode_goodbye(&[1, 0, 0]).is_err());
+        assert!(decode_departed(&[0; 13]).is_err());
     }
 
     #[test]

@@ -972,6 +972,7 @@ impl Communicator {
         if call.count == 0 {
             return Ok(());
         }
+        self.control.begin_call()?;
         let lane = self.lane(stream)?;
         let n = u64::from(self.nranks);
         let (sb, rb) = layout(coll, n);
@@ -1536,6 +1537,9 @@ impl Communicator {
         self.check_error()?;
         if group.ops.is_empty() {
             return Ok(());
+        }
+        for op in &group.ops {
+            self.control.check_peer(op.peer)?;
         }
         let lane = self.lane(stream)?;
         let threads = match self.geometry_kind() {

@@ -3,9 +3,15 @@
 //!
 //! - **liveness**: heartbeats both ways every `heartbeat`; a link that closes without a
 //!   goodbye (the peer process died: EOF arrives at once, even for `kill -9`) or stays silent
-//!   for `peer_timeout` marks that rank lost. The root tells every other rank (`PeerLost`
-//!   frames), so every survivor learns of any rank's death, and each rank's `on_fault` callback
-//!   raises its abort flag so kernels waiting on the lost rank return;
+//!   for `peer_timeout` marks that rank lost, and so does a goodbye that says the peer aborted.
+//!   The root tells every other rank (`PeerLost` frames), so every survivor learns of any rank's
+//!   loss, and each rank's `on_fault` callback raises its abort flag so kernels waiting on the
+//!   lost rank return;
+//! - **departures**: a communicator destroyed on purpose says goodbye with the number of
+//!   collective calls it made, and the root passes that on (`Departed` frames). A departure is
+//!   not a fault by itself: a survivor that made no more calls goes on (its later calls that
+//!   need the departed rank fail at once with [`Error::PeerLost`]); one that made more — it
+//!   has a collective queued that the departed rank will never join — treats it as a loss;
 //! - **host-side all-gathers** of small records (window sizes, socket names, success flags),
 //!   relayed by the root. Every gather carries a tag naming the operation, so ranks making
 //!   different calls see a mismatch instead of mixing up data.
@@ -27,12 +33,14 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
 use crate::bootstrap::RootLink;
 use crate::bootstrap::wire::{
-    self, Contribution, FrameType, LostReason, MAX_GATHER, read_frame, write_frame,
+    self, Contribution, Farewell, FrameType, LostReason, MAX_GATHER, read_frame, write_frame,
 };
 use crate::{Error, Result};
 
 /// Longest a frame that has started arriving may take to complete, and a write to finish.
 const FRAME_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest the aborting goodbye may take to write (`abort` returns at once).
+const ABORT_WRITE: Duration = Duration::from_millis(50);
 
 /// Timing of the control plane.
 #[derive(Debug, Clone, Copy)]
@@ -56,16 +64,20 @@ struct Link {
 
 #[derive(Default)]
 struct State {
-    /// The first rank lost and why.
-    fault: Option<(u32, LostReason)>,
-    /// Ranks whose communicator said goodbye (indexed by rank).
-    departed: Vec<bool>,
+    /// The first rank lost and why (the reason of its [`Error::PeerLost`]).
+    fault: Option<(u32, String)>,
+    /// Ranks whose communicator said goodbye (indexed by rank), with how many collective calls
+    /// they made.
+    departed: Vec<Option<u64>>,
+    /// Collective calls this rank made ([`Control::begin_call`]).
+    calls: u64,
     /// Root: contributions of gathers still missing some rank.
     pending: BTreeMap<u64, Vec<Option<Contribution>>>,
     /// Completed gathers not yet collected by the caller.
     done: BTreeMap<u64, Vec<Contribution>>,
-    /// Set when a host-side operation timed out: ranks disagree on the sequence of calls.
-    broken: Option<String>,
+    /// Set when a host-side operation timed out (the operation and the timeout in ms): ranks
+    /// disagree on the sequence of calls.
+    broken: Option<(String, u64)>,
     /// This rank aborted: its links are shut down and losses are no longer reported.
     aborted: bool,
 }
@@ -142,7 +154,7 @@ impl Control {
             links,
             timing,
             state: Mutex::new(State {
-                departed: vec![false; nranks as usize],
+                departed: vec![None; nranks as usize],
                 ..State::default()
             }),
             cond: Condvar::new(),
@@ -163,11 +175,30 @@ impl Control {
         })
     }
 
-    /// The first lost rank, if any.
+    /// What makes host operations fail, if anything: a lost rank, a local abort, an earlier
+    /// host timeout — the error every later call returns.
     pub(crate) fn fault(&self) -> Option<Error> {
-        lock(&self.shared.state)
-            .fault
-            .map(|(rank, why)| lost_error(rank, why))
+        state_error(&lock(&self.shared.state), &self.shared)
+    }
+
+    /// Counts one collective call (every rank counts the same calls), after checking that it
+    /// can complete: [`Error::PeerLost`] when a rank destroyed its communicator already.
+    pub(crate) fn begin_call(&self) -> Result<()> {
+        let mut st = lock(&self.shared.state);
+        if let Some(e) = state_error(&st, &self.shared).or_else(|| departed_error(&st, None)) {
+            return Err(e);
+        }
+        st.calls += 1;
+        Ok(())
+    }
+
+    /// [`Error::PeerLost`] when `peer` destroyed its communicator (point-to-point calls with it
+    /// cannot complete).
+    pub(crate) fn check_peer(&self, peer: u32) -> Result<()> {
+        match departed_error(&lock(&self.shared.state), Some(peer)) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Host-side all-gather: every rank calls it with the same `tag` in the same order; returns
@@ -185,7 +216,12 @@ impl Control {
         }
         let shared = &*self.shared;
         let mut seq_guard = lock(&self.seq);
-        self.usable()?;
+        {
+            let st = lock(&shared.state);
+            if let Some(e) = state_error(&st, shared).or_else(|| departed_error(&st, None)) {
+                return Err(e);
+            }
+        }
         *seq_guard += 1;
         let seq = *seq_guard;
         let mine = Contribution {
@@ -211,26 +247,17 @@ impl Control {
             if let Some(all) = st.done.remove(&seq) {
                 break all;
             }
-            if let Some((rank, why)) = st.fault {
-                return Err(lost_error(rank, why));
-            }
-            if st.aborted {
-                return Err(aborted_error(shared.rank));
-            }
-            if shared.rank != 0 && st.departed[0] {
-                return Err(departed_error(0));
+            if let Some(e) = state_error(&st, shared).or_else(|| departed_error(&st, None)) {
+                return Err(e);
             }
             let now = Instant::now();
             if now >= deadline {
-                let msg = format!(
-                    "{what} (host operation {seq}) did not complete within {} ms",
-                    shared.timing.op_timeout.as_millis()
-                );
-                st.broken = Some(msg);
+                let timeout_ms = shared.timing.op_timeout.as_millis() as u64;
+                st.broken = Some((format!("{what} (host operation {seq}"), timeout_ms));
                 return Err(Error::HostTimeout {
                     rank: shared.rank,
                     what: what.to_owned(),
-                    timeout_ms: shared.timing.op_timeout.as_millis() as u64,
+                    timeout_ms,
                 });
             }
             st = shared
@@ -253,13 +280,25 @@ impl Control {
         Ok(all.into_iter().map(|c| c.data).collect())
     }
 
-    /// Local abort: shuts every link down (peers see this rank vanish and raise their own
-    /// abort flags), stops reporting losses, and makes later host operations fail. Any thread;
-    /// returns at once.
+    /// Local abort: says so to the peers (an aborting goodbye: they raise their own abort flags
+    /// and report this rank as aborted), shuts every link down, stops reporting losses, and
+    /// makes later host operations fail. Any thread; returns at once (a link busy with another
+    /// write gets no goodbye: that peer sees the link close instead).
     pub(crate) fn abort(&self) {
-        lock(&self.shared.state).aborted = true;
+        let calls = {
+            let mut st = lock(&self.shared.state);
+            if st.aborted {
+                return;
+            }
+            st.aborted = true;
+            st.calls
+        };
         self.shared.cond.notify_all();
+        let bye = wire::encode_goodbye(Farewell::Aborted, calls);
         for l in &self.shared.links {
+            if let Ok(_guard) = l.write.try_lock() {
+                let _ = write_frame(&l.stream, &bye, Instant::now() + ABORT_WRITE);
+            }
             let _ = l.stream.shutdown(Shutdown::Both);
         }
     }
@@ -268,34 +307,17 @@ impl Control {
     pub(crate) fn barrier(&self, tag: u32, what: &str) -> Result<()> {
         self.all_gather(tag, what, &[]).map(|_| ())
     }
-
-    /// Whether host-side operations can still run.
-    fn usable(&self) -> Result<()> {
-        let st = lock(&self.shared.state);
-        if st.aborted {
-            return Err(aborted_error(self.shared.rank));
-        }
-        if let Some((rank, why)) = st.fault {
-            return Err(lost_error(rank, why));
-        }
-        if let Some(msg) = &st.broken {
-            return Err(Error::InvalidArgument(format!(
-                "the communicator's host control plane is unusable after an earlier timeout: {msg}"
-            )));
-        }
-        Ok(())
-    }
 }
 
 impl Drop for Control {
     fn drop(&mut self) {
-        let goodbye = wire::encode_empty(FrameType::Goodbye);
-        let (departed, aborted) = {
+        let (departed, aborted, calls) = {
             let st = lock(&self.shared.state);
-            (st.departed.clone(), st.aborted)
+            (st.departed.clone(), st.aborted, st.calls)
         };
+        let goodbye = wire::encode_goodbye(Farewell::Destroyed, calls);
         for l in &self.shared.links {
-            if !departed[l.rank as usize] && !aborted {
+            if departed[l.rank as usize].is_none() && !aborted {
                 let _ = send(l, &goodbye);
             }
         }
@@ -309,15 +331,33 @@ impl Drop for Control {
     }
 }
 
-fn lost_error(rank: u32, why: LostReason) -> Error {
-    Error::PeerLost {
-        rank,
-        reason: match why {
-            LostReason::Disconnected => "its connection closed without a goodbye (process died?)",
-            LostReason::HeartbeatMissed => "it sent no heartbeat within the peer timeout",
-        }
-        .to_owned(),
+fn lost_reason(why: LostReason) -> &'static str {
+    match why {
+        LostReason::Disconnected => "its connection closed without a goodbye (process died?)",
+        LostReason::HeartbeatMissed => "it sent no heartbeat within the peer timeout",
+        LostReason::Aborted => "it aborted its communicator",
     }
+}
+
+/// The error of every host operation in this state: a lost rank, then a local abort, then an
+/// earlier host timeout (the same [`Error::HostTimeout`] again).
+fn state_error(st: &State, shared: &Shared) -> Option<Error> {
+    if let Some((rank, reason)) = &st.fault {
+        return Some(Error::PeerLost {
+            rank: *rank,
+            reason: reason.clone(),
+        });
+    }
+    if st.aborted {
+        return Some(aborted_error(shared.rank));
+    }
+    st.broken
+        .as_ref()
+        .map(|(what, timeout_ms)| Error::HostTimeout {
+            rank: shared.rank,
+            what: format!("{what}, an earlier call: the control plane is unusable since)"),
+            timeout_ms: *timeout_ms,
+        })
 }
 
 /// The error of host calls after [`Control::abort`].
@@ -330,11 +370,23 @@ pub(crate) fn aborted_error(rank: u32) -> Error {
     }
 }
 
-fn departed_error(rank: u32) -> Error {
-    Error::PeerLost {
+/// [`Error::PeerLost`] for `peer` (or the lowest rank, `None`) if it destroyed its communicator.
+fn departed_error(st: &State, peer: Option<u32>) -> Option<Error> {
+    let (rank, calls) = match peer {
+        Some(p) => (p, (*st.departed.get(p as usize)?)?),
+        None => st
+            .departed
+            .iter()
+            .enumerate()
+            .find_map(|(r, c)| Some((r as u32, (*c)?)))?,
+    };
+    Some(Error::PeerLost {
         rank,
-        reason: "it destroyed its communicator".to_owned(),
-    }
+        reason: format!(
+            "it destroyed its communicator after {calls} collective calls (this rank made {})",
+            st.calls
+        ),
+    })
 }
 
 /// Writes a whole frame to `link` (bounded); false on failure.
@@ -368,7 +420,7 @@ fn contribute(shared: &Shared, seq: u64, rank: u32, c: Contribution) -> Option<V
 fn broadcast_gathered(shared: &Shared, seq: u64, all: Vec<Contribution>) {
     let frame = wire::encode_gathered(seq, &all);
     for l in &shared.links {
-        if !send(l, &frame) && !lock(&shared.state).departed[l.rank as usize] {
+        if !send(l, &frame) && lock(&shared.state).departed[l.rank as usize].is_none() {
             lose(shared, l.rank, LostReason::Disconnected);
         }
     }
@@ -376,34 +428,68 @@ fn broadcast_gathered(shared: &Shared, seq: u64, all: Vec<Contribution>) {
     shared.cond.notify_all();
 }
 
-/// Marks `rank` lost (once), raises the fault callback, and on the root tells the other ranks.
+/// Marks `rank` lost (once; a rank that said goodbye first is not lost), raises the fault
+/// callback, and on the root tells the other ranks.
 fn lose(shared: &Shared, rank: u32, why: LostReason) {
-    {
-        let mut st = lock(&shared.state);
-        if st.departed[rank as usize] || st.aborted {
-            return;
-        }
-        let first = st.fault.is_none();
-        if first {
-            st.fault = Some((rank, why));
-        }
-        shared.cond.notify_all();
-        if !first {
-            return;
-        }
+    if lock(&shared.state).departed[rank as usize].is_some() {
+        return;
     }
-    tracing::error!(
-        target: "symcomm::init",
-        "rank {}: {}; aborting this communicator",
-        shared.rank,
-        lost_error(rank, why)
-    );
-    (shared.on_fault)(rank);
-    if shared.rank == 0 {
+    if fail(shared, rank, lost_reason(why).to_owned()) && shared.rank == 0 {
         let frame = wire::encode_peer_lost(rank, why);
         for l in shared.links.iter().filter(|l| l.rank != rank) {
             let _ = send(l, &frame);
         }
+    }
+}
+
+/// Records the communicator's first fault (`rank` and the reason of its [`Error::PeerLost`])
+/// and raises the fault callback; false when there was one already, or this rank aborted.
+fn fail(shared: &Shared, rank: u32, reason: String) -> bool {
+    {
+        let mut st = lock(&shared.state);
+        if st.aborted || st.fault.is_some() {
+            return false;
+        }
+        tracing::error!(
+            target: "symcomm::init",
+            "rank {}: rank {rank} is lost: {reason}; aborting this communicator",
+            shared.rank,
+        );
+        st.fault = Some((rank, reason));
+        shared.cond.notify_all();
+    }
+    (shared.on_fault)(rank);
+    true
+}
+
+/// `rank` destroyed its communicator after `calls` collective calls: recorded (once), passed on
+/// by the root, and a fault when this rank made more calls (they wait for the departed rank).
+fn depart(shared: &Shared, rank: u32, calls: u64) {
+    let ahead = {
+        let mut st = lock(&shared.state);
+        if st.departed[rank as usize].is_some() {
+            return;
+        }
+        st.departed[rank as usize] = Some(calls);
+        shared.cond.notify_all();
+        (st.calls > calls).then_some(st.calls)
+    };
+    tracing::debug!(target: "symcomm::init", "rank {}: rank {rank} destroyed its communicator after {calls} collective calls", shared.rank);
+    if shared.rank == 0 {
+        let frame = wire::encode_departed(rank, calls);
+        for l in shared.links.iter().filter(|l| l.rank != rank) {
+            let _ = send(l, &frame);
+        }
+    }
+    if let Some(mine) = ahead {
+        fail(
+            shared,
+            rank,
+            format!(
+                "it destroyed its communicator after {calls} collective calls while this rank \
+                 made {mine}: the calls it never joins cannot complete"
+            ),
+        );
     }
 }
 
@@ -422,6 +508,7 @@ fn monitor(shared: &Shared, wake: &UnixStream) {
             FrameType::Heartbeat,
             FrameType::Gathered,
             FrameType::PeerLost,
+            FrameType::Departed,
             FrameType::Goodbye,
         ]
     };
@@ -500,11 +587,25 @@ fn monitor(shared: &Shared, wake: &UnixStream) {
                         }
                     }
                 }
-                Ok((FrameType::Goodbye, _)) => {
+                Ok((FrameType::Goodbye, payload)) => {
                     live[i] = false;
-                    lock(&shared.state).departed[link.rank as usize] = true;
-                    shared.cond.notify_all();
-                    tracing::debug!(target: "symcomm::init", "rank {}: rank {} destroyed its communicator", shared.rank, link.rank);
+                    match wire::decode_goodbye(&payload) {
+                        Ok((Farewell::Destroyed, calls)) => depart(shared, link.rank, calls),
+                        Ok((Farewell::Aborted, _)) => {
+                            lose(shared, link.rank, LostReason::Aborted);
+                        }
+                        Err(e) => {
+                            tracing::error!(target: "symcomm::init", "rank {}: bad goodbye from rank {}: {e}", shared.rank, link.rank);
+                            lose(shared, link.rank, LostReason::Disconnected);
+                        }
+                    }
+                }
+                Ok((FrameType::Departed, payload)) => {
+                    if let Ok((rank, calls)) = wire::decode_departed(&payload) {
+                        if rank < shared.nranks && rank != shared.rank {
+                            depart(shared, rank, calls);
+                        }
+                    }
                 }
                 Ok(_) => {}
                 Err(e) => {

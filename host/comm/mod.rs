@@ -255,12 +255,26 @@ impl CommOptions {
 /// own, the others [`Error::PeerFailed`]) and the communicator stays usable.
 ///
 /// # Faults
-/// When a rank dies (its control connection closes without a goodbye — `kill -9` included) or
-/// stops sending heartbeats for `SYMCOMM_PEER_TIMEOUT`, every other rank raises its abort flag:
-/// kernels waiting in symcomm primitives return, and [`Communicator::check_error`] and every
-/// later call report [`Error::PeerLost`]. [`Communicator::abort`] does the same on purpose, from
-/// any thread. After a fault, destroy the communicator (drop it, its windows and the graphs that
-/// captured its collectives: it goes with its last holder).
+/// When a rank dies (its control connection closes without a goodbye — `kill -9` included),
+/// stops sending heartbeats for `SYMCOMM_PEER_TIMEOUT`, or aborts ([`Communicator::abort`],
+/// which tells the peers so), every other rank raises its abort flag: kernels waiting in
+/// symcomm primitives return, and [`Communicator::check_error`] and every later call report
+/// [`Error::PeerLost`] (the reason says which of the three). After a fault, destroy the
+/// communicator (drop it, its windows and the graphs that captured its collectives: it goes
+/// with its last holder).
+///
+/// A rank that *destroys* its communicator says goodbye with the number of host collective
+/// calls it made, and every rank learns of it. That is no fault for a rank that made as many
+/// calls ([`Communicator::check_error`] stays `Ok`); its later calls that need the departed rank
+/// — collectives, host barriers and window allocations, send/recv with it — fail at once with
+/// [`Error::PeerLost`] ("destroyed its communicator after N collective calls"). A rank that made
+/// more calls has work queued that the departed rank will never join: that is a fault, reported
+/// at once as above instead of after the device timeout. (Graph replays and your own kernels are
+/// not counted: a kernel of yours that waits on a departed rank ends at the device timeout.)
+///
+/// A host operation that times out ([`Error::HostTimeout`]: the ranks' call sequences
+/// diverged) leaves the control plane unusable: from then on [`Communicator::check_error`] and
+/// every host call return that timeout again.
 ///
 /// # Host collectives
 /// `all_reduce`, `broadcast`, `reduce`, `all_gather`, `reduce_scatter`, `scatter`, `all_to_all`
@@ -678,8 +692,9 @@ impl Communicator {
     }
 
     /// Aborts this communicator from any thread, returning at once: raises the abort flag (this
-    /// rank's kernels waiting in symcomm primitives return `Aborted`) and closes the control
-    /// links, so every other rank sees this rank lost ([`Error::PeerLost`]) and aborts too.
+    /// rank's kernels waiting in symcomm primitives return `Aborted`), tells the other ranks and
+    /// closes the control links, so every other rank reports this rank lost ([`Error::PeerLost`]:
+    /// "it aborted its communicator") and aborts too.
     /// Later calls return [`Error::Aborted`]. Drop the communicator afterwards.
     pub fn abort(&self) {
         tracing::warn!(target: "symcomm::init", "rank {}: communicator aborted", self.rank);
@@ -689,8 +704,8 @@ impl Communicator {
 
     /// Reports an asynchronous error: a lost rank ([`Error::PeerLost`]), an error a kernel
     /// recorded ([`Error::Timeout`], [`Error::Aborted`], [`Error::Mismatch`],
-    /// [`Error::InvalidArgument`] with rank, peer and operation), or a local [`Self::abort`].
-    /// Errors are sticky: once one is reported, the communicator should be destroyed. Cheap;
+    /// [`Error::InvalidArgument`] with rank, peer and operation), a local [`Self::abort`], or
+    /// an earlier [`Error::HostTimeout`] (see [Faults](Self#faults)). Errors are sticky: once one is reported, the communicator should be destroyed. Cheap;
     /// never blocks. Kernels record their error before they finish, so call it after
     /// synchronizing the stream for a complete answer.
     ///
