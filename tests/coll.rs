@@ -22,51 +22,15 @@
 mod support;
 
 use std::fmt::Write as _;
-use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Mutex;
-use std::thread;
 use std::time::{Duration, Instant};
+use support::{with_ranks, with_ranks_using};
 
 use support::values::{
     DTYPES, DType, OPS, Rng, input_exact, op_name, raw_bits, red_op, reduce_vals, seed,
 };
-use symcomm::bootstrap::BootstrapConfig;
 use symcomm::tune::{self, Algorithm, BackendKind, Collective};
-use symcomm::{Buffer, BufferRef, CommOptions, Communicator, Device, Stream, UniqueId, Window};
-
-const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
-
-/// Runs `body(comm)` on `nranks` ranks as threads of one communicator (emulator); returns each
-/// rank's result in rank order.
-fn with_ranks<T: Send>(nranks: u32, body: impl Fn(&Communicator) -> T + Sync) -> Vec<T> {
-    let options = CommOptions::default().with_device_timeout(Duration::from_secs(30));
-    with_ranks_using(nranks, &options, body)
-}
-
-/// [`with_ranks`] with communicator options `options`.
-fn with_ranks_using<T: Send>(
-    nranks: u32,
-    options: &CommOptions,
-    body: impl Fn(&Communicator) -> T + Sync,
-) -> Vec<T> {
-    let id = UniqueId::new_on(LOOPBACK).unwrap();
-    thread::scope(|s| {
-        let handles: Vec<_> = (0..nranks)
-            .map(|r| {
-                let (id, body) = (&id, &body);
-                s.spawn(move || {
-                    let c = BootstrapConfig::new(id.clone(), r, nranks)
-                        .with_timeout(Duration::from_secs(60))
-                        .with_host_id("coll-test");
-                    let comm = Communicator::init_with(&c, Device::Emu, options)
-                        .unwrap_or_else(|e| panic!("rank {r}: init: {e}"));
-                    body(&comm)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    })
-}
+use symcomm::{Buffer, BufferRef, CommOptions, Communicator, Stream, Window};
 
 // ---------------------------------------------------------------------------------------------
 // Cases.
@@ -602,15 +566,15 @@ fn run_group(n: u32, what: &str, cases: &[Case], options: &CommOptions, algorith
     let t = Instant::now();
     let per_rank = with_ranks_using(n, options, |comm| {
         let algo = if algorithms {
-            check_algorithms(comm)
+            check_algorithms(&comm)
         } else {
             Vec::new()
         };
         let stream = comm.create_stream().unwrap();
-        let mem = Mem::new(comm, cap);
+        let mem = Mem::new(&comm, cap);
         let mut outs = Vec::with_capacity(cases.len());
         for c in cases {
-            let o = run_case(comm, &stream, &mem, c);
+            let o = run_case(&comm, &stream, &mem, c);
             let stop = o.error;
             outs.push(o);
             if stop {

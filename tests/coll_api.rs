@@ -8,42 +8,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::net::{IpAddr, Ipv4Addr};
+#[path = "support/mod.rs"]
+mod support;
+
 use std::thread;
 use std::time::Duration;
+use support::{with_ranks, with_ranks_using};
 
-use symcomm::bootstrap::BootstrapConfig;
-use symcomm::{
-    BufferRef, CommOptions, Communicator, DataType, Device, Error, RedOp, Stream, UniqueId,
-};
-
-fn with_ranks<T: Send>(
-    nranks: u32,
-    options: CommOptions,
-    body: impl Fn(&Communicator) -> T + Sync,
-) -> Vec<T> {
-    let id = UniqueId::new_on(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
-    thread::scope(|s| {
-        let handles: Vec<_> = (0..nranks)
-            .map(|r| {
-                let (id, body, options) = (&id, &body, &options);
-                s.spawn(move || {
-                    let c = BootstrapConfig::new(id.clone(), r, nranks)
-                        .with_timeout(Duration::from_secs(30))
-                        .with_host_id("coll-api");
-                    let comm = Communicator::init_with(&c, Device::Emu, options)
-                        .unwrap_or_else(|e| panic!("rank {r}: {e}"));
-                    body(&comm)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    })
-}
-
-fn options() -> CommOptions {
-    CommOptions::default().with_device_timeout(Duration::from_secs(30))
-}
+use symcomm::{BufferRef, CommOptions, Communicator, DataType, Error, RedOp, Stream};
 
 /// A valid all-reduce of `n` f32 on windows, checked exactly; panics on any difference.
 fn valid_all_reduce(comm: &Communicator, stream: &Stream, n: usize, salt: u32) {
@@ -70,7 +42,7 @@ fn valid_all_reduce(comm: &Communicator, stream: &Stream, n: usize, salt: u32) {
 
 #[test]
 fn bad_inputs_are_typed_errors_and_the_next_call_passes() {
-    with_ranks(3, options(), |comm| {
+    with_ranks(3, |comm| {
         let s = comm.create_stream().unwrap();
         let w = comm.alloc_window::<f32>(64).unwrap();
         let bytes = comm.alloc_window::<u8>(256).unwrap();
@@ -157,7 +129,7 @@ fn bad_inputs_are_typed_errors_and_the_next_call_passes() {
             ),
         ];
         // A third stream: two lanes are taken by the first two streams used (`s`, then `s2`).
-        valid_all_reduce(comm, &s, 10, 0);
+        valid_all_reduce(&comm, &s, 10, 0);
         let s2 = comm.create_stream().unwrap();
         let s3 = comm.create_stream().unwrap();
         comm.all_reduce(&w, &w, 1, DataType::F32, RedOp::Max, &s2)
@@ -177,7 +149,7 @@ fn bad_inputs_are_typed_errors_and_the_next_call_passes() {
         // Nothing ran: the stream is clean and the next valid call works.
         s.synchronize().unwrap();
         comm.check_error().unwrap();
-        valid_all_reduce(comm, &s, 1000, 1);
+        valid_all_reduce(&comm, &s, 1000, 1);
         // Byte windows (u8) and 2-byte ones (u16: bf16 values) hold any type of their size.
         let halves = comm.alloc_window::<u16>(32).unwrap();
         comm.all_reduce(
@@ -198,9 +170,9 @@ fn bad_inputs_are_typed_errors_and_the_next_call_passes() {
 
 #[test]
 fn a_count_mismatch_across_ranks_is_a_mismatch_on_every_rank() {
-    let out = with_ranks(
+    let out = with_ranks_using(
         2,
-        CommOptions::default().with_device_timeout(Duration::from_secs(20)),
+        &CommOptions::default().with_device_timeout(Duration::from_secs(20)),
         |comm| {
             let s = comm.create_stream().unwrap();
             let a = comm.alloc_window::<i32>(100).unwrap();
@@ -230,7 +202,7 @@ fn a_count_mismatch_across_ranks_is_a_mismatch_on_every_rank() {
 #[test]
 fn send_recv_rings_self_sends_and_multi_chunk_messages() {
     for nranks in [1u32, 2, 3, 4] {
-        with_ranks(nranks, options(), |comm| {
+        with_ranks(nranks, |comm| {
             let s = comm.create_stream().unwrap();
             let (me, n) = (comm.rank(), comm.nranks());
             let next = (me + 1) % n;
@@ -295,7 +267,7 @@ fn send_recv_rings_self_sends_and_multi_chunk_messages() {
 #[test]
 fn in_place_send_recv_rings_and_overlap_rules() {
     for nranks in [1u32, 2, 3, 5] {
-        with_ranks(nranks, options(), |comm| {
+        with_ranks(nranks, |comm| {
             let s = comm.create_stream().unwrap();
             let (me, n) = (comm.rank(), comm.nranks());
             let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
@@ -374,9 +346,9 @@ fn in_place_send_recv_rings_and_overlap_rules() {
 
 #[test]
 fn a_length_mismatch_in_send_recv_fails_both_sides() {
-    let out = with_ranks(
+    let out = with_ranks_using(
         2,
-        CommOptions::default().with_device_timeout(Duration::from_millis(500)),
+        &CommOptions::default().with_device_timeout(Duration::from_millis(500)),
         |comm| {
             let s = comm.create_stream().unwrap();
             let buf = comm.alloc_buffer(4096).unwrap();
@@ -410,7 +382,7 @@ fn a_length_mismatch_in_send_recv_fails_both_sides() {
 
 #[test]
 fn captured_collectives_replay_with_fresh_inputs() {
-    with_ranks(3, options(), |comm| {
+    with_ranks(3, |comm| {
         let s = comm.create_stream().unwrap();
         let n = 777usize;
         let (me, nr) = (comm.rank(), comm.nranks());
@@ -471,7 +443,7 @@ fn captured_collectives_replay_with_fresh_inputs() {
 
 #[test]
 fn two_streams_run_collectives_at_once() {
-    with_ranks(3, options(), |comm| {
+    with_ranks(3, |comm| {
         let (s1, s2) = (comm.create_stream().unwrap(), comm.create_stream().unwrap());
         let n = 5000usize;
         let a1 = comm.alloc_window::<i64>(n).unwrap();
@@ -505,7 +477,7 @@ fn two_streams_run_collectives_at_once() {
 
 #[test]
 fn dropping_windows_right_after_an_asynchronous_call_waits_for_it() {
-    with_ranks(3, options(), |comm| {
+    with_ranks(3, |comm| {
         let s = comm.create_stream().unwrap();
         let n = 1 << 20;
         for round in 0..3 {
@@ -542,7 +514,7 @@ fn dropping_windows_right_after_an_asynchronous_call_waits_for_it() {
 #[test]
 fn buffers_dropped_right_after_a_call() {
     const N: usize = 10 << 20; // f32 elements: 40 MiB
-    let outs = with_ranks(2, options(), |comm| {
+    let outs = with_ranks(2, |comm| {
         let stream = comm.create_stream().unwrap();
         let backend = symcomm::Backend::Emu;
         for round in 0..2 {
@@ -672,25 +644,25 @@ impl LaneBuffers {
 #[test]
 fn streams_used_one_after_another_take_turns_on_the_lanes() {
     for nranks in [2u32, 4] {
-        with_ranks(nranks, options(), |comm| {
-            let bufs = LaneBuffers::new(comm, 1500);
+        with_ranks(nranks, |comm| {
+            let bufs = LaneBuffers::new(&comm, 1500);
             let keep = comm.create_stream().unwrap();
-            bufs.round(comm, &keep, 0);
+            bufs.round(&comm, &keep, 0);
             for salt in 1..=4 {
                 let s = comm.create_stream().unwrap();
-                bufs.issue(comm, &s, salt).unwrap();
+                bufs.issue(&comm, &s, salt).unwrap();
                 if salt % 2 == 0 {
                     s.synchronize().unwrap();
                 }
                 drop(s);
-                bufs.check(comm, salt);
-                bufs.round(comm, &keep, 10 + salt);
+                bufs.check(&comm, salt);
+                bufs.round(&comm, &keep, 10 + salt);
             }
             drop(keep);
             let (s1, s2) = (comm.create_stream().unwrap(), comm.create_stream().unwrap());
-            bufs.round(comm, &s2, 20);
-            bufs.round(comm, &s1, 21);
-            bufs.round(comm, &s2, 22);
+            bufs.round(&comm, &s2, 20);
+            bufs.round(&comm, &s1, 21);
+            bufs.round(&comm, &s2, 22);
         });
     }
 }
@@ -700,15 +672,15 @@ fn streams_used_one_after_another_take_turns_on_the_lanes() {
 /// use go on, and once one of them drops the refused stream gets its lane.
 #[test]
 fn one_stream_more_than_the_lanes_is_refused_until_one_drops() {
-    with_ranks(2, options(), |comm| {
-        let bufs = LaneBuffers::new(comm, 700);
+    with_ranks(2, |comm| {
+        let bufs = LaneBuffers::new(&comm, 700);
         let (s1, s2, s3) = (
             comm.create_stream().unwrap(),
             comm.create_stream().unwrap(),
             comm.create_stream().unwrap(),
         );
-        bufs.round(comm, &s1, 1);
-        bufs.round(comm, &s2, 2);
+        bufs.round(&comm, &s1, 1);
+        bufs.round(&comm, &s2, 2);
         for r in [
             comm.all_reduce(
                 &bufs.win_in,
@@ -729,11 +701,11 @@ fn one_stream_more_than_the_lanes_is_refused_until_one_drops() {
             }
         }
         assert!(s3.is_idle().unwrap());
-        bufs.round(comm, &s1, 3);
-        bufs.round(comm, &s2, 4);
+        bufs.round(&comm, &s1, 3);
+        bufs.round(&comm, &s2, 4);
         drop(s2);
-        bufs.round(comm, &s3, 5);
-        bufs.round(comm, &s1, 6);
+        bufs.round(&comm, &s3, 5);
+        bufs.round(&comm, &s1, 6);
     });
 }
 
@@ -742,27 +714,27 @@ fn one_stream_more_than_the_lanes_is_refused_until_one_drops() {
 /// lane), never a hang or wrong data; the communicator goes on once the ranks agree again.
 #[test]
 fn ranks_with_different_streams_in_use_get_an_error_on_every_rank() {
-    let out = with_ranks(2, options(), |comm| {
-        let bufs = LaneBuffers::new(comm, 300);
+    let out = with_ranks(2, |comm| {
+        let bufs = LaneBuffers::new(&comm, 300);
         let me = comm.rank();
         let mut a = Some(comm.create_stream().unwrap());
         let mut b = Some(comm.create_stream().unwrap());
-        bufs.round(comm, a.as_ref().unwrap(), 1);
-        bufs.round(comm, b.as_ref().unwrap(), 2);
+        bufs.round(&comm, a.as_ref().unwrap(), 1);
+        bufs.round(&comm, b.as_ref().unwrap(), 2);
         let c = comm.create_stream().unwrap();
         // Rank 0 frees the first lane; rank 1 has none free for `c`.
         if me == 0 {
             a = None;
         }
-        let full = bufs.issue(comm, &c, 3);
+        let full = bufs.issue(&comm, &c, 3);
         // Rank 1 frees the second lane: `c` would take lane 0 on rank 0 and lane 1 on rank 1.
         if me == 1 {
             b = None;
         }
-        let differ = bufs.issue(comm, &c, 4);
+        let differ = bufs.issue(&comm, &c, 4);
         // Agreement again: both lanes free everywhere.
         drop((a.take(), b.take()));
-        bufs.round(comm, &c, 5);
+        bufs.round(&comm, &c, 5);
         (full, differ)
     });
     for (r, (full, differ)) in out.iter().enumerate() {
@@ -784,15 +756,15 @@ fn ranks_with_different_streams_in_use_get_an_error_on_every_rank() {
 /// that the next stream on the lane never runs beside it.
 #[test]
 fn a_graph_keeps_its_lane_until_it_drops_and_its_replays_finish() {
-    with_ranks(2, options(), |comm| {
-        let bufs = LaneBuffers::new(comm, 900);
+    with_ranks(2, |comm| {
+        let bufs = LaneBuffers::new(&comm, 900);
         let sa = comm.create_stream().unwrap();
-        bufs.round(comm, &sa, 1);
+        bufs.round(&comm, &sa, 1);
         sa.begin_capture().unwrap();
-        bufs.issue(comm, &sa, 0).unwrap();
+        bufs.issue(&comm, &sa, 0).unwrap();
         let graph = sa.end_capture().unwrap();
         let sb = comm.create_stream().unwrap();
-        bufs.round(comm, &sb, 2);
+        bufs.round(&comm, &sb, 2);
         drop(sa);
         let sc = comm.create_stream().unwrap();
         match comm.all_reduce(
@@ -826,8 +798,8 @@ fn a_graph_keeps_its_lane_until_it_drops_and_its_replays_finish() {
             sd.is_idle().unwrap(),
             "the graph dropped before its replay finished"
         );
-        bufs.check(comm, 7);
-        bufs.round(comm, &sc, 8);
-        bufs.round(comm, &sb, 9);
+        bufs.check(&comm, 7);
+        bufs.round(&comm, &sc, 8);
+        bufs.round(&comm, &sb, 9);
     });
 }

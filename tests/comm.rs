@@ -14,6 +14,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
+use support::with_ranks;
 
 use symcomm::abi::*;
 use symcomm::bootstrap::BootstrapConfig;
@@ -27,30 +28,6 @@ fn config(id: &UniqueId, rank: u32, nranks: u32, timeout: Duration) -> Bootstrap
     BootstrapConfig::new(id.clone(), rank, nranks)
         .with_timeout(timeout)
         .with_host_id("test-host")
-}
-
-fn options() -> CommOptions {
-    CommOptions::default().with_device_timeout(Duration::from_secs(30))
-}
-
-/// Runs `body(comm)` on `nranks` ranks as threads of one communicator; returns each rank's
-/// result in rank order.
-fn with_ranks<T: Send>(nranks: u32, body: impl Fn(&Communicator) -> T + Sync) -> Vec<T> {
-    let id = UniqueId::new_on(LOOPBACK).unwrap();
-    thread::scope(|s| {
-        let handles: Vec<_> = (0..nranks)
-            .map(|r| {
-                let (id, body) = (&id, &body);
-                s.spawn(move || {
-                    let c = config(id, r, nranks, Duration::from_secs(20));
-                    let comm = Communicator::init_with(&c, Device::Emu, &options())
-                        .unwrap_or_else(|e| panic!("rank {r}: init: {e}"));
-                    body(&comm)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    })
 }
 
 #[test]
@@ -127,7 +104,7 @@ fn built_in_all_reduce_runs_on_communicator_windows() {
             comm.barrier().unwrap();
             // Twice: the barrier epochs continue in the communicator's signal area.
             for _ in 0..2 {
-                support::all_reduce(comm, &src, &dst, count as u64).unwrap();
+                support::all_reduce(&comm, &src, &dst, count as u64).unwrap();
             }
             let got = dst.to_vec().unwrap();
             (0..count)
@@ -228,7 +205,7 @@ fn abort_from_another_thread_stops_a_waiting_kernel_and_peers_see_the_rank_lost(
     thread::scope(|s| {
         let r0 = s.spawn(|| {
             let c = config(&id, 0, 2, Duration::from_secs(20));
-            let comm = Communicator::init_with(&c, Device::Emu, &options()).unwrap();
+            let comm = Communicator::init_with(&c, Device::Emu, &support::test_options()).unwrap();
             let a = comm.alloc_window::<f32>(256).unwrap();
             let b = comm.alloc_window::<f32>(256).unwrap();
             gate.wait();
@@ -247,7 +224,7 @@ fn abort_from_another_thread_stops_a_waiting_kernel_and_peers_see_the_rank_lost(
         });
         let r1 = s.spawn(|| {
             let c = config(&id, 1, 2, Duration::from_secs(20));
-            let comm = Communicator::init_with(&c, Device::Emu, &options()).unwrap();
+            let comm = Communicator::init_with(&c, Device::Emu, &support::test_options()).unwrap();
             let _a = comm.alloc_window::<f32>(256).unwrap();
             let _b = comm.alloc_window::<f32>(256).unwrap();
             gate.wait();
@@ -314,13 +291,13 @@ fn a_rank_that_destroys_its_communicator_while_peers_wait_for_it_is_reported_pro
     // for the device timeout (30 s here).
     let out = with_ranks(3, |comm| {
         let w = comm.alloc_window::<f32>(64).unwrap();
-        one_all_reduce(comm, &w).unwrap();
+        one_all_reduce(&comm, &w).unwrap();
         if comm.rank() == 2 {
             thread::sleep(Duration::from_millis(300));
             return (Ok(()), Duration::ZERO);
         }
         let t = Instant::now();
-        let r = one_all_reduce(comm, &w);
+        let r = one_all_reduce(&comm, &w);
         (r, t.elapsed())
     });
     for (r, (o, waited)) in out.iter().enumerate().take(2) {
@@ -344,7 +321,7 @@ fn a_rank_that_destroys_its_communicator_while_peers_wait_for_it_is_reported_pro
 fn calls_that_need_a_destroyed_rank_fail_at_once_and_the_rest_is_no_fault() {
     let out = with_ranks(3, |comm| {
         let w = comm.alloc_window::<f32>(64).unwrap();
-        one_all_reduce(comm, &w).unwrap();
+        one_all_reduce(&comm, &w).unwrap();
         if comm.rank() == 1 {
             return Vec::new();
         }
@@ -355,7 +332,7 @@ fn calls_that_need_a_destroyed_rank_fail_at_once_and_the_rest_is_no_fault() {
         let calls = vec![
             comm.check_error(),
             comm.barrier(),
-            one_all_reduce(comm, &w),
+            one_all_reduce(&comm, &w),
             comm.alloc_window::<f32>(8).map(drop),
         ];
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
@@ -417,12 +394,12 @@ fn after_a_host_timeout_check_error_reports_what_calls_return() {
     thread::scope(|s| {
         let r1 = s.spawn(|| {
             let c = config(&id, 1, 2, Duration::from_secs(1));
-            let _comm = Communicator::init_with(&c, Device::Emu, &options()).unwrap();
+            let _comm = Communicator::init_with(&c, Device::Emu, &support::test_options()).unwrap();
             gate.wait();
             gate.wait();
         });
         let c = config(&id, 0, 2, Duration::from_secs(1));
-        let comm = Communicator::init_with(&c, Device::Emu, &options()).unwrap();
+        let comm = Communicator::init_with(&c, Device::Emu, &support::test_options()).unwrap();
         gate.wait();
         let first = comm.barrier();
         let state = comm.check_error();
@@ -460,7 +437,8 @@ fn ranks_on_different_hosts_bootstrap_but_windows_are_unsupported() {
                     } else {
                         "host-b"
                     });
-                    let comm = Communicator::init_with(&c, Device::Emu, &options()).unwrap();
+                    let comm =
+                        Communicator::init_with(&c, Device::Emu, &support::test_options()).unwrap();
                     let team = comm.local_team().ranks().to_vec();
                     let dev = comm.device_handle().unwrap_err();
                     let win = comm.alloc_window::<u8>(8).unwrap_err();
@@ -488,21 +466,21 @@ fn a_wrong_secret_fails_fast_and_a_missing_rank_is_named() {
             Communicator::init_with(
                 &config(&id, 0, 3, Duration::from_secs(2)),
                 Device::Emu,
-                &options(),
+                &support::test_options(),
             )
         });
         let bad = s.spawn(|| {
             Communicator::init_with(
                 &config(&impostor, 1, 3, Duration::from_secs(2)),
                 Device::Emu,
-                &options(),
+                &support::test_options(),
             )
         });
         let good2 = s.spawn(|| {
             Communicator::init_with(
                 &config(&id, 2, 3, Duration::from_secs(2)),
                 Device::Emu,
-                &options(),
+                &support::test_options(),
             )
         });
         vec![
@@ -555,7 +533,7 @@ fn bad_tunables_are_refused_by_init_before_the_rendezvous() {
         let id = UniqueId::new_on(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
         let c = config(&id, 1, 2, Duration::from_secs(20));
         let t = Instant::now();
-        let e = Communicator::init_with(&c, Device::Emu, &options()).unwrap_err();
+        let e = Communicator::init_with(&c, Device::Emu, &support::test_options()).unwrap_err();
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
         assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
         println!("child error: {e}");

@@ -8,37 +8,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::net::{IpAddr, Ipv4Addr};
+#[path = "support/mod.rs"]
+mod support;
+
 use std::sync::{Arc, Weak};
-use std::thread;
-use std::time::Duration;
+use support::with_ranks;
 
-use symcomm::bootstrap::BootstrapConfig;
-use symcomm::{
-    Buffer, CommOptions, Communicator, DataType, Device, Graph, RedOp, Stream, UniqueId, Window,
-};
-
-/// Runs `body` on `nranks` ranks as threads, each owning its communicator handle.
-fn with_ranks<T: Send>(nranks: u32, body: impl Fn(Arc<Communicator>) -> T + Sync) -> Vec<T> {
-    let id = UniqueId::new_on(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
-    let options = CommOptions::default().with_device_timeout(Duration::from_secs(30));
-    thread::scope(|s| {
-        let handles: Vec<_> = (0..nranks)
-            .map(|r| {
-                let (id, body, options) = (&id, &body, &options);
-                s.spawn(move || {
-                    let c = BootstrapConfig::new(id.clone(), r, nranks)
-                        .with_timeout(Duration::from_secs(30))
-                        .with_host_id("ownership");
-                    let comm = Communicator::init_with(&c, Device::Emu, options)
-                        .unwrap_or_else(|e| panic!("rank {r}: {e}"));
-                    body(comm)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    })
-}
+use symcomm::{Buffer, Communicator, DataType, Graph, RedOp, Stream, Window};
 
 /// What a framework integration keeps: the communicator and its windows in one struct.
 struct Model {

@@ -11,17 +11,13 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
+use support::with_ranks_using;
 
-use symcomm::bootstrap::BootstrapConfig;
 use symcomm::tune;
-use symcomm::{
-    CommOptions, Communicator, DataType, Device, Error, KernelArgs, LaunchConfig, RedOp, UniqueId,
-    Window,
-};
+use symcomm::{CommOptions, DataType, Error, KernelArgs, LaunchConfig, RedOp, Window};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -29,32 +25,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Runs `body(comm)` on `nranks` ranks as threads (emulator, device timeout `timeout`).
-fn with_ranks<T: Send>(
-    nranks: u32,
-    timeout: Duration,
-    body: impl Fn(&Communicator) -> T + Sync,
-) -> Vec<T> {
-    let id = UniqueId::new_on(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
-    thread::scope(|s| {
-        let handles: Vec<_> = (0..nranks)
-            .map(|r| {
-                let (id, body) = (&id, &body);
-                s.spawn(move || {
-                    let c = BootstrapConfig::new(id.clone(), r, nranks)
-                        .with_timeout(Duration::from_secs(60))
-                        .with_host_id("residency-test");
-                    let options = CommOptions::default().with_device_timeout(timeout);
-                    let comm = Communicator::init_with(&c, Device::Emu, &options)
-                        .unwrap_or_else(|e| panic!("rank {r}: init: {e}"));
-                    body(&comm)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    })
 }
 
 /// The emulated GPU: H200-like by default, and its configuration refused while in use.
@@ -81,15 +51,19 @@ fn emulated_gpu_defaults_and_configuration() {
 fn shares_on_an_h200_like_gpu() {
     let _s = serial();
     for (n, want) in [(1u32, 66u32), (2, 33), (4, 16), (8, 8)] {
-        let got = with_ranks(n, Duration::from_secs(30), |comm| {
-            assert_eq!(comm.gpu_ranks(), n);
-            let k = comm
-                .load_kernel(&symcomm::DEVICE_IMAGE, "symcomm_collective_f32")
-                .unwrap();
-            assert_eq!(k.occupancy(tune::CUDA_THREADS, 0).unwrap(), 1);
-            assert_eq!(k.resident_ctas(tune::CUDA_THREADS, 0).unwrap(), 132);
-            comm.co_resident_share(&k, tune::CUDA_THREADS, 0).unwrap()
-        });
+        let got = with_ranks_using(
+            n,
+            &CommOptions::default().with_device_timeout(Duration::from_secs(30)),
+            |comm| {
+                assert_eq!(comm.gpu_ranks(), n);
+                let k = comm
+                    .load_kernel(&symcomm::DEVICE_IMAGE, "symcomm_collective_f32")
+                    .unwrap();
+                assert_eq!(k.occupancy(tune::CUDA_THREADS, 0).unwrap(), 1);
+                assert_eq!(k.resident_ctas(tune::CUDA_THREADS, 0).unwrap(), 132);
+                comm.co_resident_share(&k, tune::CUDA_THREADS, 0).unwrap()
+            },
+        );
         assert!(got.iter().all(|&s| s == want), "n={n}: {got:?}");
     }
 }
@@ -107,48 +81,55 @@ fn planted_launch_beyond_the_budget_is_reported() {
     const CTAS: u32 = 64;
     let timeout = Duration::from_secs(3);
     let count: u64 = u64::from(CTAS) * 16 * 1024; // 64 KiB of f32 per CTA
-    let results = with_ranks(N, timeout, |comm| {
-        let kernel = comm
-            .load_kernel(&symcomm::DEVICE_IMAGE, "symcomm_collective_f32")
-            .unwrap();
-        let stream = comm.create_stream().unwrap();
-        let src = comm.alloc_window::<f32>(count as usize).unwrap();
-        let dst = comm.alloc_window::<f32>(count as usize).unwrap();
-        let dev = comm.device_handle().unwrap();
-        let args =
-            support::one_shot_sum_f32(src.device_handle().raw(), dst.device_handle().raw(), count);
-        let kargs = KernelArgs::new().arg(&dev).arg(&args);
-        let threads = tune::CUDA_THREADS;
-        let share = comm.co_resident_share(&kernel, threads, 0).unwrap();
+    let results = with_ranks_using(
+        N,
+        &CommOptions::default().with_device_timeout(timeout),
+        |comm| {
+            let kernel = comm
+                .load_kernel(&symcomm::DEVICE_IMAGE, "symcomm_collective_f32")
+                .unwrap();
+            let stream = comm.create_stream().unwrap();
+            let src = comm.alloc_window::<f32>(count as usize).unwrap();
+            let dst = comm.alloc_window::<f32>(count as usize).unwrap();
+            let dev = comm.device_handle().unwrap();
+            let args = support::one_shot_sum_f32(
+                src.device_handle().raw(),
+                dst.device_handle().raw(),
+                count,
+            );
+            let kargs = KernelArgs::new().arg(&dev).arg(&args);
+            let threads = tune::CUDA_THREADS;
+            let share = comm.co_resident_share(&kernel, threads, 0).unwrap();
 
-        // Refused before anything runs, with the budget named.
-        let big = LaunchConfig::linear(CTAS, threads).co_resident();
-        // SAFETY: (DevComm, CollArgs) by value; the windows outlive the stream's work (it is
-        // synchronized below, before they drop).
-        let refused = unsafe { comm.launch(&stream, &kernel, big, &kargs) }.unwrap_err();
-        let msg = refused.to_string();
-        assert!(
-            matches!(refused, Error::InvalidArgument(_))
-                && msg.contains(&format!("{share} such CTAs")),
-            "{msg}"
-        );
-        // At the budget it runs (every rank the same grid).
-        comm.barrier().unwrap();
-        let fits = LaunchConfig::linear(share, threads).co_resident();
-        // SAFETY: as above.
-        unsafe { comm.launch(&stream, &kernel, fits, &kargs) }.unwrap();
-        stream.synchronize().unwrap();
-        comm.check_error().unwrap();
+            // Refused before anything runs, with the budget named.
+            let big = LaunchConfig::linear(CTAS, threads).co_resident();
+            // SAFETY: (DevComm, CollArgs) by value; the windows outlive the stream's work (it is
+            // synchronized below, before they drop).
+            let refused = unsafe { comm.launch(&stream, &kernel, big, &kargs) }.unwrap_err();
+            let msg = refused.to_string();
+            assert!(
+                matches!(refused, Error::InvalidArgument(_))
+                    && msg.contains(&format!("{share} such CTAs")),
+                "{msg}"
+            );
+            // At the budget it runs (every rank the same grid).
+            comm.barrier().unwrap();
+            let fits = LaunchConfig::linear(share, threads).co_resident();
+            // SAFETY: as above.
+            unsafe { comm.launch(&stream, &kernel, fits, &kargs) }.unwrap();
+            stream.synchronize().unwrap();
+            comm.check_error().unwrap();
 
-        // The planted launch: all ranks at once, uncapped.
-        comm.barrier().unwrap();
-        let t = Instant::now();
-        // SAFETY: as above.
-        unsafe { stream.launch(&kernel, LaunchConfig::linear(CTAS, threads), &kargs) }.unwrap();
-        let synced = stream.synchronize();
-        let outcome = synced.and_then(|()| comm.check_error());
-        (outcome, t.elapsed())
-    });
+            // The planted launch: all ranks at once, uncapped.
+            comm.barrier().unwrap();
+            let t = Instant::now();
+            // SAFETY: as above.
+            unsafe { stream.launch(&kernel, LaunchConfig::linear(CTAS, threads), &kargs) }.unwrap();
+            let synced = stream.synchronize();
+            let outcome = synced.and_then(|()| comm.check_error());
+            (outcome, t.elapsed())
+        },
+    );
     for (r, (outcome, took)) in results.iter().enumerate() {
         match outcome {
             Err(e) if e.to_string().contains("timeout") => {}
@@ -168,20 +149,24 @@ fn planted_launch_beyond_the_budget_is_reported() {
 fn two_ranks_on_one_stream_are_refused() {
     let _s = serial();
     let shared = symcomm::Stream::new(&symcomm::Backend::Emu).unwrap();
-    let results = with_ranks(2, Duration::from_secs(20), |comm| {
-        let (f32t, sum) = (symcomm::DataType::F32, symcomm::RedOp::Sum);
-        let w = comm.alloc_window::<f32>(1024).unwrap();
-        w.write(0, &vec![1.0f32 + comm.rank() as f32; 1024])
-            .unwrap();
-        let refused = comm.all_reduce(&w, &w, 1024, f32t, sum, &shared).err();
-        let own = comm.create_stream().unwrap();
-        comm.all_reduce(&w, &w, 1024, f32t, sum, &own).unwrap();
-        own.synchronize().unwrap();
-        comm.check_error().unwrap();
-        let mut out = vec![0f32; 1024];
-        w.read(0, &mut out).unwrap();
-        (refused.map(|e| e.to_string()), out)
-    });
+    let results = with_ranks_using(
+        2,
+        &CommOptions::default().with_device_timeout(Duration::from_secs(20)),
+        |comm| {
+            let (f32t, sum) = (symcomm::DataType::F32, symcomm::RedOp::Sum);
+            let w = comm.alloc_window::<f32>(1024).unwrap();
+            w.write(0, &vec![1.0f32 + comm.rank() as f32; 1024])
+                .unwrap();
+            let refused = comm.all_reduce(&w, &w, 1024, f32t, sum, &shared).err();
+            let own = comm.create_stream().unwrap();
+            comm.all_reduce(&w, &w, 1024, f32t, sum, &own).unwrap();
+            own.synchronize().unwrap();
+            comm.check_error().unwrap();
+            let mut out = vec![0f32; 1024];
+            w.read(0, &mut out).unwrap();
+            (refused.map(|e| e.to_string()), out)
+        },
+    );
     let errors: Vec<&str> = results.iter().filter_map(|(e, _)| e.as_deref()).collect();
     assert_eq!(errors.len(), 2, "{errors:?}");
     assert!(
@@ -204,27 +189,32 @@ fn two_ranks_on_one_stream_are_refused() {
 fn freeing_a_window_never_waits_for_a_peers_queued_collective() {
     let _s = serial();
     let n = 512usize;
-    let results = with_ranks(2, Duration::from_secs(5), |comm| {
-        let stream = comm.create_stream().unwrap();
-        let r = comm.rank() as u64;
-        let a = comm.alloc_window::<u64>(n).unwrap();
-        let b = comm.alloc_window::<u64>(n).unwrap();
-        let input: Vec<u64> = (0..n as u64).map(|i| i * 3 + r).collect();
-        a.write(0, &input).unwrap();
-        let sum = |x: &Window<u64>| comm.all_reduce(x, x, n, DataType::U64, RedOp::Sum, &stream);
-        sum(&a).unwrap();
-        if r == 1 {
-            // Rank 0 frees and queues its next all-reduce first.
-            thread::sleep(Duration::from_millis(300));
-        }
-        let start = Instant::now();
-        drop(b);
-        sum(&a).unwrap();
-        stream.synchronize().unwrap();
-        comm.check_error()
-            .unwrap_or_else(|e| panic!("rank {r}: after drop + all-reduce: {e}"));
-        (a.to_vec().unwrap(), start.elapsed())
-    });
+    let results = with_ranks_using(
+        2,
+        &CommOptions::default().with_device_timeout(Duration::from_secs(5)),
+        |comm| {
+            let stream = comm.create_stream().unwrap();
+            let r = comm.rank() as u64;
+            let a = comm.alloc_window::<u64>(n).unwrap();
+            let b = comm.alloc_window::<u64>(n).unwrap();
+            let input: Vec<u64> = (0..n as u64).map(|i| i * 3 + r).collect();
+            a.write(0, &input).unwrap();
+            let sum =
+                |x: &Window<u64>| comm.all_reduce(x, x, n, DataType::U64, RedOp::Sum, &stream);
+            sum(&a).unwrap();
+            if r == 1 {
+                // Rank 0 frees and queues its next all-reduce first.
+                thread::sleep(Duration::from_millis(300));
+            }
+            let start = Instant::now();
+            drop(b);
+            sum(&a).unwrap();
+            stream.synchronize().unwrap();
+            comm.check_error()
+                .unwrap_or_else(|e| panic!("rank {r}: after drop + all-reduce: {e}"));
+            (a.to_vec().unwrap(), start.elapsed())
+        },
+    );
     // Two in-place sums of 2 ranks: (2i*3 + 1) * 2.
     let want: Vec<u64> = (0..n as u64).map(|i| (i * 6 + 1) * 2).collect();
     for (r, (got, elapsed)) in results.iter().enumerate() {

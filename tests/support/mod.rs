@@ -4,14 +4,59 @@
 // Each test crate that includes this module uses only part of it (comm.rs and comm_procs.rs the
 // blocking all-reduce, emu_collectives.rs and coll.rs the value model, emu_faults.rs the kinds),
 // so the rest would be dead code there.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::panic)]
 
 pub(crate) mod values;
 
 use std::ffi::c_void;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
 
 use symcomm::abi::*;
-use symcomm::{Communicator, DEVICE_IMAGE, Result, Window};
+use symcomm::bootstrap::BootstrapConfig;
+use symcomm::{CommOptions, Communicator, DEVICE_IMAGE, Device, Result, UniqueId, Window};
+
+/// The options of the team fixtures: a 30 s device timeout (a hang fails the test, not CI).
+pub(crate) fn test_options() -> CommOptions {
+    CommOptions::default().with_device_timeout(Duration::from_secs(30))
+}
+
+/// Runs `body(comm)` on `nranks` ranks as threads of one emulator communicator (loopback
+/// rendezvous, one simulated host, [`test_options`]); returns each rank's result in rank order.
+/// `body` owns its rank's handle: dropping it (and every window) destroys that communicator.
+pub(crate) fn with_ranks<T: Send>(
+    nranks: u32,
+    body: impl Fn(Arc<Communicator>) -> T + Sync,
+) -> Vec<T> {
+    with_ranks_using(nranks, &test_options(), body)
+}
+
+/// [`with_ranks`] with communicator options `options`.
+pub(crate) fn with_ranks_using<T: Send>(
+    nranks: u32,
+    options: &CommOptions,
+    body: impl Fn(Arc<Communicator>) -> T + Sync,
+) -> Vec<T> {
+    let id = UniqueId::new_on(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+    thread::scope(|s| {
+        let handles: Vec<_> = (0..nranks)
+            .map(|r| {
+                let (id, body) = (&id, &body);
+                s.spawn(move || {
+                    let c = BootstrapConfig::new(id.clone(), r, nranks)
+                        .with_timeout(Duration::from_secs(60))
+                        .with_host_id("test-host");
+                    let comm = Communicator::init_with(&c, Device::Emu, options)
+                        .unwrap_or_else(|e| panic!("rank {r}: init: {e}"));
+                    body(comm)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
 
 /// Every collective kind, in code order.
 pub(crate) const KINDS: [u32; 8] = [
