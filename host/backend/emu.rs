@@ -1,6 +1,7 @@
 //! The CPU emulator backend: kernels run on CPU threads (the embedded kernels' emulator builds),
 //! device memory is host memory.
 //!
+//! - [`kernel`]: a kernel's entry point and residency on the emulated GPU.
 //! - [`queue`]: an emulator stream's queue and the worker thread that serves it in order, under
 //!   [`crate::stream::Stream`], its events and graphs.
 //! - [`memory`]: window copies (`memfd`s mapped in the flat layout), a communicator's control
@@ -8,6 +9,7 @@
 //! - `team` (tests and the `testing` feature only): [`EmuTeam`], N ranks of one process without
 //!   a communicator, and [`launch`], the raw blocking launch of an embedded kernel.
 
+pub(crate) mod kernel;
 pub(crate) mod memory;
 pub(crate) mod queue;
 // Test fixtures: the `testing` feature exports them (`crate::testing::emu`); without it only

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use super::streams::StreamInner;
 use super::{Retained, Stream};
 use crate::backend::cuda::{self, CudaModule};
-use crate::backend::emu::queue::{HostFn, Queue};
+use crate::backend::emu::queue::{EmuEvent, HostFn};
 use crate::{Error, Result};
 
 #[cfg(doc)]
@@ -62,8 +62,8 @@ pub(super) enum GraphInner {
     },
     Emu {
         items: Vec<HostFn>,
-        /// The queue and ticket of the last item of the previous launch.
-        last: Mutex<Option<(Arc<Queue>, u64)>>,
+        /// Completes with the previous launch.
+        last: Mutex<Option<EmuEvent>>,
     },
 }
 
@@ -131,25 +131,13 @@ impl Graph {
             (GraphInner::Emu { items, last }, StreamInner::Emu(emu)) => {
                 let mut capture = stream.capture();
                 if let Some(c) = capture.as_mut() {
-                    emu.queue().sticky()?;
+                    emu.sticky()?;
                     c.items.extend(items.iter().cloned());
                     c.retain(self.retained.iter().cloned());
                     return Ok(());
                 }
                 let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
-                let wait: Option<HostFn> = match &*last {
-                    Some((queue, ticket)) if !Arc::ptr_eq(queue, emu.queue()) => {
-                        let (queue, ticket) = (Arc::clone(queue), *ticket);
-                        Some(Arc::new(move || queue.wait_for(ticket)))
-                    }
-                    // Never launched, or last on this stream: in-order execution suffices.
-                    _ => None,
-                };
-                let ticket = emu
-                    .queue()
-                    .push_all(wait.into_iter().chain(items.iter().cloned()))?;
-                *last = Some((Arc::clone(emu.queue()), ticket));
-                Ok(())
+                emu.launch_graph(items, &mut last)
             }
             _ => Err(Error::InvalidArgument(
                 "a graph of one backend cannot run on a stream of the other (CUDA / emulator)"
@@ -191,7 +179,7 @@ impl Drop for Graph {
                 .get_mut()
                 .unwrap_or_else(PoisonError::into_inner)
                 .take()
-                .map(|(queue, ticket)| queue.wait_for(ticket)),
+                .map(|ev| ev.synchronize()),
         };
         if let Some(Err(e)) = waited {
             // A failed launch: nothing of it runs any more (CUDA's context error; the emulator
@@ -210,7 +198,7 @@ mod tests {
 
     use symcomm_device::abi::SYMCOMM_STATUS_OK;
 
-    use super::super::test_support::{PING_PONG, emu_queue, gate, is_invalid, serial, words};
+    use super::super::test_support::{PING_PONG, enqueued, gate, is_invalid, serial, words};
     use super::*;
     use crate::backend::Backend;
     use crate::backend::emu::EmuTeam;
@@ -291,7 +279,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         for (rank, stream) in streams.iter().enumerate() {
             assert!(stream.is_idle().unwrap());
-            assert_eq!(emu_queue(stream).enqueued(), 0);
+            assert_eq!(enqueued(stream), 0);
             assert!(seen[rank].lock().unwrap().is_empty());
         }
 

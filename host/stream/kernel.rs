@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use symcomm_device::emu::EmuEntry;
-use symcomm_device::image::{DeviceImage, KernelReport};
+use symcomm_device::image::DeviceImage;
 
 use crate::backend::Backend;
 use crate::backend::cuda::CudaModule;
+use crate::backend::emu::kernel::EmuKernel;
 use crate::{Error, Result};
 
 #[cfg(doc)]
@@ -91,17 +91,6 @@ pub(super) enum KernelCode {
     Emu(EmuKernel),
 }
 
-/// A kernel's emulator entry and what the emulator's residency needs to know of it.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct EmuKernel {
-    pub(super) entry: EmuEntry,
-    /// The kernel's sm_90 ptxas report (registers, static shared memory), when nvcc built it.
-    report: Option<&'static KernelReport>,
-}
-
-/// The emulated GPU every emulator rank of a process runs on.
-pub(super) const EMU_GPU: u32 = 0;
-
 impl Kernel {
     /// Loads kernel `name` of `image` for `backend`: on CUDA, its module (fatbin, or NVRTC
     /// fallback); on the emulator, its emulator entry point.
@@ -120,13 +109,7 @@ impl Kernel {
                 loaded.function(kernel.name)?;
                 KernelCode::Cuda(Arc::new(loaded))
             }
-            Backend::Emu => KernelCode::Emu(EmuKernel {
-                entry: kernel.emu_entry,
-                report: image
-                    .report
-                    .iter()
-                    .find(|r| r.kernel == kernel.name && r.arch == "sm_90"),
-            }),
+            Backend::Emu => KernelCode::Emu(EmuKernel::new(image, kernel)),
         };
         Ok(Kernel {
             name: kernel.name,
@@ -152,13 +135,7 @@ impl Kernel {
             KernelCode::Cuda(module) => {
                 module.function(self.name)?.occupancy(threads, shared_bytes)
             }
-            KernelCode::Emu(k) => {
-                let gpu = symcomm_device::emu::query_gpu(EMU_GPU)?;
-                Ok(
-                    crate::residency::emu_occupancy(k.report, threads, shared_bytes)
-                        .min(gpu.ctas_per_sm),
-                )
-            }
+            KernelCode::Emu(k) => k.occupancy(threads, shared_bytes),
         }
     }
 
@@ -171,7 +148,7 @@ impl Kernel {
         let per_sm = self.occupancy(threads, shared_bytes)?;
         let sms = match &self.code {
             KernelCode::Cuda(module) => module.sm_count()?,
-            KernelCode::Emu(_) => symcomm_device::emu::query_gpu(EMU_GPU)?.sms,
+            KernelCode::Emu(k) => k.sms()?,
         };
         Ok(per_sm.saturating_mul(sms))
     }

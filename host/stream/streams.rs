@@ -5,11 +5,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::ThreadId;
 
 use super::graph::GraphInner;
-use super::kernel::{EMU_GPU, KernelCode};
+use super::kernel::KernelCode;
 use super::{Graph, Kernel, KernelArgs, LaunchConfig, RetainFn, Retained, check_co_resident};
 use crate::backend::Backend;
 use crate::backend::cuda::{self, CudaDevice, CudaModule};
-use crate::backend::emu::queue::{EmuStream, HostFn, Queue};
+use crate::backend::emu::queue::{EmuEvent, EmuStream, HostFn};
 use crate::{Error, Result};
 
 #[cfg(doc)]
@@ -119,7 +119,7 @@ impl fmt::Debug for Stream {
                 .field("capturing", &capturing)
                 .finish(),
             StreamInner::Emu(e) => {
-                let st = e.queue().progress();
+                let st = e.progress();
                 f.debug_struct("Stream::Emu")
                     .field("enqueued", &st.enqueued)
                     .field("completed", &st.completed)
@@ -165,7 +165,7 @@ impl Stream {
     fn with_inner(inner: StreamInner) -> Stream {
         let probe: Arc<dyn crate::sync_free::StreamProbe> = match &inner {
             StreamInner::Cuda(s) => Arc::new(s.probe()),
-            StreamInner::Emu(e) => e.queue().clone(),
+            StreamInner::Emu(e) => e.probe(),
         };
         Stream {
             _frees: crate::sync_free::register(probe),
@@ -227,7 +227,7 @@ impl Stream {
     pub fn key(&self) -> usize {
         match &self.inner {
             StreamInner::Cuda(s) => s.raw() as usize,
-            StreamInner::Emu(e) => Arc::as_ptr(e.queue()).expose_provenance(),
+            StreamInner::Emu(e) => e.key(),
         }
     }
 
@@ -275,12 +275,12 @@ impl Stream {
         let mut capture = self.capture();
         match capture.as_mut() {
             Some(c) => {
-                emu.queue().sticky()?;
+                emu.sticky()?;
                 c.items.push(item);
                 c.retain(retain());
                 Ok(())
             }
-            None => emu.queue().push(item),
+            None => emu.push(item),
         }
     }
 
@@ -363,9 +363,8 @@ impl Stream {
                 Ok(())
             }
             (StreamInner::Emu(emu), KernelCode::Emu(k)) => {
-                let name = kernel.name;
-                let entry = k.entry;
-                let occupancy = kernel.occupancy(config.threads(), shared_bytes)?;
+                let (name, k) = (kernel.name, *k);
+                let occupancy = k.occupancy(config.threads(), shared_bytes)?;
                 let args = args.clone();
                 tracing::debug!(target: "symcomm::stream", kernel = name, ?grid, ?block, shared_bytes, occupancy, "enqueue emulator launch");
                 let item: HostFn = Arc::new(move || {
@@ -375,19 +374,7 @@ impl Stream {
                     // the kernel's parameters and that the device addresses stay valid until the
                     // launch (or the last replay of a graph that recorded it) finished is the
                     // contract of `Stream::launch`.
-                    unsafe {
-                        symcomm_device::emu::launch_on(
-                            EMU_GPU,
-                            occupancy,
-                            name,
-                            entry,
-                            grid,
-                            block,
-                            shared_bytes as usize,
-                            &mut ptrs,
-                        )
-                    }?;
-                    Ok(())
+                    unsafe { k.launch(name, occupancy, grid, block, shared_bytes, &mut ptrs) }
                 });
                 self.submit(emu, item, retain)
             }
@@ -550,11 +537,7 @@ impl Stream {
         self.not_capturing("synchronize")?;
         match &self.inner {
             StreamInner::Cuda(s) => s.synchronize(),
-            StreamInner::Emu(emu) => {
-                let target = emu.queue().enqueued();
-                emu.queue().wait_for(target)?;
-                emu.queue().sticky()
-            }
+            StreamInner::Emu(emu) => emu.synchronize(),
         }
     }
 
@@ -566,7 +549,7 @@ impl Stream {
         self.not_capturing("is_idle")?;
         match &self.inner {
             StreamInner::Cuda(s) => s.is_idle(),
-            StreamInner::Emu(emu) => emu.queue().is_idle(),
+            StreamInner::Emu(emu) => emu.is_idle(),
         }
     }
 
@@ -580,10 +563,7 @@ impl Stream {
         self.not_capturing("record_event")?;
         let inner = match &self.inner {
             StreamInner::Cuda(s) => EventInner::Cuda(s.record_event()?),
-            StreamInner::Emu(emu) => EventInner::Emu {
-                ticket: emu.queue().record()?,
-                queue: Arc::clone(emu.queue()),
-            },
+            StreamInner::Emu(emu) => EventInner::Emu(emu.record_event()?),
         };
         Ok(Event { inner })
     }
@@ -602,14 +582,7 @@ impl Stream {
         self.not_capturing("wait_event")?;
         match (&self.inner, &event.inner) {
             (StreamInner::Cuda(s), EventInner::Cuda(e)) => s.wait_event(e),
-            (StreamInner::Emu(emu), EventInner::Emu { queue, ticket }) => {
-                if Arc::ptr_eq(emu.queue(), queue) {
-                    // Recorded on this stream: in-order execution already waits for it.
-                    return emu.queue().sticky();
-                }
-                let (other, ticket) = (Arc::clone(queue), *ticket);
-                emu.queue().push(Arc::new(move || other.wait_for(ticket)))
-            }
+            (StreamInner::Emu(s), EventInner::Emu(e)) => s.wait_event(e),
             _ => Err(Error::InvalidArgument(
                 "an event of one backend cannot order a stream of the other (CUDA / emulator)"
                     .to_owned(),
@@ -645,7 +618,7 @@ impl Stream {
         }
         match &self.inner {
             StreamInner::Cuda(s) => s.begin_capture()?,
-            StreamInner::Emu(emu) => emu.queue().sticky()?,
+            StreamInner::Emu(emu) => emu.sticky()?,
         }
         *capture = Some(Capture {
             thread: std::thread::current().id(),
@@ -730,20 +703,16 @@ pub struct Event {
 
 enum EventInner {
     Cuda(cuda::Event),
-    /// Complete when the queue's items `1..=ticket` are done.
-    Emu {
-        queue: Arc<Queue>,
-        ticket: u64,
-    },
+    Emu(EmuEvent),
 }
 
 impl fmt::Debug for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.inner {
             EventInner::Cuda(e) => f.debug_tuple("Event::Cuda").field(e).finish(),
-            EventInner::Emu { ticket, .. } => f
+            EventInner::Emu(e) => f
                 .debug_struct("Event::Emu")
-                .field("ticket", ticket)
+                .field("ticket", &e.ticket())
                 .finish(),
         }
     }
@@ -758,7 +727,7 @@ impl Event {
     pub fn synchronize(&self) -> Result<()> {
         match &self.inner {
             EventInner::Cuda(e) => e.synchronize(),
-            EventInner::Emu { queue, ticket } => queue.wait_for(*ticket),
+            EventInner::Emu(e) => e.synchronize(),
         }
     }
 
@@ -769,7 +738,7 @@ impl Event {
     pub fn is_complete(&self) -> Result<bool> {
         match &self.inner {
             EventInner::Cuda(e) => e.is_complete(),
-            EventInner::Emu { queue, ticket } => queue.reached(*ticket),
+            EventInner::Emu(e) => e.is_complete(),
         }
     }
 }
@@ -783,7 +752,7 @@ mod tests {
 
     use symcomm_device::abi::{SYMCOMM_STATUS_OK, SYMCOMM_STATUS_TIMEOUT};
 
-    use super::super::test_support::{PING_PONG, emu_queue, gate, is_invalid, serial, words};
+    use super::super::test_support::{PING_PONG, enqueued, gate, is_invalid, serial, words};
     use super::*;
     use crate::DEVICE_IMAGE;
     use crate::backend::emu::EmuTeam;
@@ -1174,13 +1143,13 @@ mod tests {
         // SAFETY: as above.
         unsafe { stream.copy_raw(b.addr() + 52, result.addr(), 12) }.unwrap();
         // Zero bytes: nothing is enqueued, not even for a null address.
-        let before = emu_queue(&stream).enqueued();
+        let before = enqueued(&stream);
         // SAFETY: nothing is accessed.
         unsafe {
             stream.copy_raw(0, 0, 0).unwrap();
             stream.memset_raw(0, 1, 0).unwrap();
         }
-        assert_eq!(emu_queue(&stream).enqueued(), before);
+        assert_eq!(enqueued(&stream), before);
         stream.synchronize().unwrap();
 
         // `b` got the pattern written by the host item (not the zeros before it), then the
@@ -1212,7 +1181,7 @@ mod tests {
                 "memset_raw destination",
             );
         }
-        assert_eq!(emu_queue(&stream).enqueued(), before);
+        assert_eq!(enqueued(&stream), before);
         // Adjacent ranges do not overlap.
         // SAFETY: both ranges lie inside `a`; synchronized below.
         unsafe { stream.copy_raw(a.addr() + 8, a.addr(), 8) }.unwrap();

@@ -3,11 +3,10 @@
 #![allow(clippy::unwrap_used, clippy::panic)]
 
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::streams::StreamInner;
 use super::{Buffer, Stream};
-use crate::backend::emu::queue::Queue;
 use crate::{Error, Result};
 
 pub(super) const PING_PONG: &str = "symcomm_ping_pong";
@@ -40,9 +39,10 @@ pub(super) fn words<const N: usize>(buf: &Buffer, offset: usize) -> [u32; N] {
     out
 }
 
-pub(super) fn emu_queue(stream: &Stream) -> &Arc<Queue> {
+/// Items ever queued on an emulator stream.
+pub(super) fn enqueued(stream: &Stream) -> u64 {
     match &stream.inner {
-        StreamInner::Emu(e) => e.queue(),
+        StreamInner::Emu(e) => e.progress().enqueued,
         StreamInner::Cuda(_) => panic!("not an emulator stream"),
     }
 }

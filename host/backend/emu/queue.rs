@@ -1,8 +1,8 @@
 //! The emulator's streams: one queue per stream, served in order by its own worker thread.
 //!
 //! [`crate::stream::Stream`] enqueues kernel launches, raw copies and sets, event waits and host
-//! functions here as [`HostFn`] items; events and graphs hold the [`Queue`] and a ticket (the
-//! item count at which they complete). The first failure is sticky: later items are skipped but
+//! functions on an [`EmuStream`] as [`HostFn`] items; an [`EmuEvent`] is its queue and a ticket
+//! (the item count at which it completes). The first failure is sticky: later items are skipped but
 //! counted, so that every waiter finishes.
 
 use std::collections::VecDeque;
@@ -20,7 +20,7 @@ pub(crate) const WORKER_NAME: &str = "symcomm-stream";
 
 /// State shared by an emulator stream, its worker thread, its events and the streams that wait
 /// on those events.
-pub(crate) struct Queue {
+struct Queue {
     state: Mutex<QueueState>,
     /// Signalled when an item is queued or the stream closes (the worker waits on it).
     work: Condvar,
@@ -48,13 +48,13 @@ impl Queue {
     }
 
     /// Queues `item`, unless the stream has failed.
-    pub(crate) fn push(&self, item: HostFn) -> Result<()> {
+    fn push(&self, item: HostFn) -> Result<()> {
         self.push_all(std::iter::once(item)).map(|_| ())
     }
 
     /// Queues `items` back to back (no other enqueue comes between them), unless the stream has
     /// failed; returns the ticket of the last one (the current ticket if there are none).
-    pub(crate) fn push_all(&self, items: impl IntoIterator<Item = HostFn>) -> Result<u64> {
+    fn push_all(&self, items: impl IntoIterator<Item = HostFn>) -> Result<u64> {
         let mut st = self.lock();
         if let Some((_, e)) = &st.error {
             return Err(replicate(e));
@@ -70,7 +70,7 @@ impl Queue {
     }
 
     /// The stream's error, if it failed.
-    pub(crate) fn sticky(&self) -> Result<()> {
+    fn sticky(&self) -> Result<()> {
         match &self.lock().error {
             Some((_, e)) => Err(replicate(e)),
             None => Ok(()),
@@ -79,7 +79,7 @@ impl Queue {
 
     /// Blocks until items `1..=ticket` are done; fails with the error of the first failed one
     /// among them.
-    pub(crate) fn wait_for(&self, ticket: u64) -> Result<()> {
+    fn wait_for(&self, ticket: u64) -> Result<()> {
         let mut st = self.lock();
         while st.completed < ticket {
             st = self
@@ -94,45 +94,11 @@ impl Queue {
     }
 
     /// Whether items `1..=ticket` are done, failing as [`Self::wait_for`].
-    pub(crate) fn reached(&self, ticket: u64) -> Result<bool> {
+    fn reached(&self, ticket: u64) -> Result<bool> {
         let st = self.lock();
         match &st.error {
             Some((failed, e)) if *failed <= ticket => Err(replicate(e)),
             _ => Ok(st.completed >= ticket),
-        }
-    }
-
-    /// Items ever queued: the ticket of the latest one (0 before the first).
-    pub(crate) fn enqueued(&self) -> u64 {
-        self.lock().enqueued
-    }
-
-    /// Whether every item queued so far is done, failing with the stream's error if it failed.
-    pub(crate) fn is_idle(&self) -> Result<bool> {
-        let st = self.lock();
-        match &st.error {
-            Some((_, e)) => Err(replicate(e)),
-            None => Ok(st.completed >= st.enqueued),
-        }
-    }
-
-    /// The ticket an event recorded now completes at (every item queued so far), unless the
-    /// stream has failed.
-    pub(crate) fn record(&self) -> Result<u64> {
-        let st = self.lock();
-        if let Some((_, e)) = &st.error {
-            return Err(replicate(e));
-        }
-        Ok(st.enqueued)
-    }
-
-    /// Items queued and done so far, and whether the stream failed (for `Debug`).
-    pub(crate) fn progress(&self) -> QueueProgress {
-        let st = self.lock();
-        QueueProgress {
-            enqueued: st.enqueued,
-            completed: st.completed,
-            failed: st.error.is_some(),
         }
     }
 
@@ -309,7 +275,7 @@ fn replicate_device(e: &symcomm_device::Error) -> symcomm_device::Error {
     }
 }
 
-/// A snapshot of a [`Queue`]'s counters ([`Queue::progress`]).
+/// A snapshot of an emulator stream's counters ([`EmuStream::progress`]).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct QueueProgress {
     pub(crate) enqueued: u64,
@@ -354,9 +320,119 @@ impl EmuStream {
         })
     }
 
-    /// The queue, shared with the stream's events and the graphs launched on it.
-    pub(crate) fn queue(&self) -> &Arc<Queue> {
-        &self.queue
+    /// What the gate of synchronizing frees asks of the stream (`crate::sync_free`).
+    pub(crate) fn probe(&self) -> Arc<dyn crate::sync_free::StreamProbe> {
+        self.queue.clone()
+    }
+
+    /// The queue's identity: equal for two values exactly when they are the same stream.
+    pub(crate) fn key(&self) -> usize {
+        Arc::as_ptr(&self.queue).expose_provenance()
+    }
+
+    /// Items queued and done so far, and whether the stream failed (for `Debug`).
+    pub(crate) fn progress(&self) -> QueueProgress {
+        let st = self.queue.lock();
+        QueueProgress {
+            enqueued: st.enqueued,
+            completed: st.completed,
+            failed: st.error.is_some(),
+        }
+    }
+
+    /// The stream's error, if it failed.
+    pub(crate) fn sticky(&self) -> Result<()> {
+        self.queue.sticky()
+    }
+
+    /// Queues `item`, unless the stream has failed.
+    pub(crate) fn push(&self, item: HostFn) -> Result<()> {
+        self.queue.push(item)
+    }
+
+    /// Blocks until every item queued so far is done; the stream's error if it failed.
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        let target = self.queue.lock().enqueued;
+        self.queue.wait_for(target)?;
+        self.queue.sticky()
+    }
+
+    /// Whether every item queued so far is done, failing with the stream's error if it failed.
+    pub(crate) fn is_idle(&self) -> Result<bool> {
+        let st = self.queue.lock();
+        match &st.error {
+            Some((_, e)) => Err(replicate(e)),
+            None => Ok(st.completed >= st.enqueued),
+        }
+    }
+
+    /// An event that completes when every item queued so far is done, unless the stream has
+    /// failed.
+    pub(crate) fn record_event(&self) -> Result<EmuEvent> {
+        let st = self.queue.lock();
+        if let Some((_, e)) = &st.error {
+            return Err(replicate(e));
+        }
+        Ok(EmuEvent {
+            queue: Arc::clone(&self.queue),
+            ticket: st.enqueued,
+        })
+    }
+
+    /// Makes later items wait until `event` completed (a queued wait), and fail with its
+    /// stream's error if that stream failed at or before it.
+    pub(crate) fn wait_event(&self, event: &EmuEvent) -> Result<()> {
+        if Arc::ptr_eq(&self.queue, &event.queue) {
+            // Recorded on this stream: in-order execution already waits for it.
+            return self.queue.sticky();
+        }
+        let (other, ticket) = (Arc::clone(&event.queue), event.ticket);
+        self.queue.push(Arc::new(move || other.wait_for(ticket)))
+    }
+
+    /// Queues one run of a graph's `items` back to back, after the previous run `last` of the
+    /// same graph (on whichever stream it ran), and makes `last` this run.
+    pub(crate) fn launch_graph(&self, items: &[HostFn], last: &mut Option<EmuEvent>) -> Result<()> {
+        let wait: Option<HostFn> = match &*last {
+            Some(prev) if !Arc::ptr_eq(&prev.queue, &self.queue) => {
+                let (queue, ticket) = (Arc::clone(&prev.queue), prev.ticket);
+                Some(Arc::new(move || queue.wait_for(ticket)))
+            }
+            // Never launched, or last on this stream: in-order execution suffices.
+            _ => None,
+        };
+        let ticket = self
+            .queue
+            .push_all(wait.into_iter().chain(items.iter().cloned()))?;
+        *last = Some(EmuEvent {
+            queue: Arc::clone(&self.queue),
+            ticket,
+        });
+        Ok(())
+    }
+}
+
+/// A point in an emulator stream's work: complete when the queue's items `1..=ticket` are done.
+pub(crate) struct EmuEvent {
+    queue: Arc<Queue>,
+    ticket: u64,
+}
+
+impl EmuEvent {
+    /// Blocks until the recorded work is done; the error of its stream if that failed at or
+    /// before the event.
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        self.queue.wait_for(self.ticket)
+    }
+
+    /// Whether the recorded work is done, without blocking, failing as [`Self::synchronize`].
+    pub(crate) fn is_complete(&self) -> Result<bool> {
+        self.queue.reached(self.ticket)
+    }
+
+    /// Items of its stream the event waits for (for `Debug`).
+    pub(crate) fn ticket(&self) -> u64 {
+        self.ticket
     }
 }
 
