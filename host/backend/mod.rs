@@ -5,10 +5,8 @@
 // they are crate-internal, and what only those tests call is unused.
 #[cfg_attr(not(feature = "testing"), allow(unreachable_pub, dead_code))]
 pub(crate) mod cuda;
-// The emulator's in-process team harness and raw launch: test fixtures only (the library's
-// emulator streams, windows and memory are in `crate::stream` and `crate::comm`).
-#[cfg(any(test, feature = "testing"))]
-#[cfg_attr(not(feature = "testing"), allow(unreachable_pub, dead_code))]
+// The emulator: its streams' queues and its memory, and (tests and the `testing` feature only)
+// the in-process team harness.
 pub(crate) mod emu;
 
 /// Where a communicator's device code runs: one GPU, or the CPU emulator.

@@ -5,7 +5,8 @@
 //!   fd goes to the other local ranks ([`super::fdpass`]); each rank reserves `nranks * stride`
 //!   bytes of address space (`PROT_NONE`) and maps every rank's memfd over its slot with
 //!   `MAP_SHARED | MAP_FIXED`. Ranks that are threads of one process map the same memory at
-//!   several addresses, exactly as separate processes do.
+//!   several addresses, exactly as separate processes do (see
+//!   [`crate::backend::emu::memory::MemfdRange`]).
 //! - CUDA: each rank's copy is a VMM allocation (`cuMemCreate`) exported as a POSIX fd; the
 //!   fds travel the same way; each rank reserves a device virtual range, imports and maps every
 //!   copy, and enables access for its GPU (see [`crate::backend::cuda::VmmRange`]).
@@ -13,42 +14,23 @@
 //! Fds are closed once mapped: the mappings keep the memory alive, and a rank that unmaps its
 //! view leaves the others' views intact, so freeing never pulls memory from under a peer.
 
-use std::ffi::c_void;
 use std::num::NonZeroUsize;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
-
-use nix::sys::memfd::{MFdFlags, memfd_create};
-use nix::sys::mman::{MapFlags, ProtFlags, mmap, mmap_anonymous, munmap};
 
 use symcomm_device::abi::{ErrorRecord, WindowHandleRaw};
 
 use crate::backend::Backend;
 use crate::backend::cuda::{HostMapped, VmmRange, VmmSegment};
+use crate::backend::emu::memory::{self as emu, HeapBlock, MemfdRange};
 use crate::{Error, Result};
-
-fn sys_err(what: String) -> impl FnOnce(nix::errno::Errno) -> Error {
-    move |e| Error::Io {
-        what,
-        source: std::io::Error::from(e),
-    }
-}
 
 /// Size granularity of one rank's copy on `backend`.
 pub(crate) fn granularity(backend: &Backend) -> Result<u64> {
     match backend {
-        Backend::Emu => Ok(page_size()),
+        Backend::Emu => Ok(emu::granularity()),
         Backend::Cuda(d) => VmmSegment::granularity(d),
     }
-}
-
-fn page_size() -> u64 {
-    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
-        .ok()
-        .flatten()
-        .and_then(|p| u64::try_from(p).ok())
-        .unwrap_or(4096)
 }
 
 /// This rank's copy of a window, before mapping: exportable as an fd.
@@ -63,17 +45,7 @@ impl Segment {
     /// Allocates `stride` bytes (a multiple of [`granularity`]) of zero-initialized memory.
     pub(crate) fn create(backend: &Backend, stride: u64, label: &str) -> Result<Self> {
         match backend {
-            Backend::Emu => {
-                let fd = memfd_create(format!("symcomm:{label}").as_str(), MFdFlags::MFD_CLOEXEC)
-                    .map_err(sys_err(format!("memfd_create for {label}")))?;
-                let len = i64::try_from(stride).map_err(|_| {
-                    Error::InvalidArgument(format!("{label}: {stride} bytes is too large"))
-                })?;
-                nix::unistd::ftruncate(&fd, len).map_err(sys_err(format!(
-                    "sizing the memfd of {label} to {stride} bytes"
-                )))?;
-                Ok(Segment::Emu(fd))
-            }
+            Backend::Emu => Ok(Segment::Emu(emu::create_memfd(stride, label)?)),
             Backend::Cuda(d) => Ok(Segment::Cuda(VmmSegment::create(d, stride)?)),
         }
     }
@@ -96,8 +68,10 @@ pub(crate) struct FlatMapping {
 }
 
 enum MappingKind {
-    Emu,
+    Emu(MemfdRange),
     Cuda(VmmRange),
+    /// Handed to `crate::sync_free` by the mapping's drop.
+    Released,
 }
 
 impl std::fmt::Debug for FlatMapping {
@@ -126,42 +100,13 @@ impl FlatMapping {
             })?;
         match backend {
             Backend::Emu => {
-                let len = NonZeroUsize::new(stride as usize)
-                    .ok_or_else(|| Error::InvalidArgument("empty window copy".into()))?;
-                // SAFETY: a fresh anonymous PROT_NONE reservation at an address of the kernel's
-                // choosing; it overlaps nothing.
-                let base = unsafe {
-                    mmap_anonymous(
-                        None,
-                        total,
-                        ProtFlags::PROT_NONE,
-                        MapFlags::MAP_PRIVATE | MapFlags::MAP_NORESERVE,
-                    )
-                }
-                .map_err(sys_err(format!("reserving {total} bytes of address space")))?;
-                let mapping = FlatMapping {
-                    base: base.as_ptr() as u64,
+                let range = MemfdRange::map(stride, total, &fds)?;
+                Ok(FlatMapping {
+                    base: range.base(),
                     stride,
                     nranks,
-                    kind: MappingKind::Emu,
-                };
-                for (r, fd) in fds.iter().enumerate() {
-                    let at = NonZeroUsize::new(mapping.base as usize + r * stride as usize);
-                    // SAFETY: `at..at+len` lies inside the reservation made above, which this
-                    // mapping owns; MAP_FIXED replaces exactly that part of it.
-                    unsafe {
-                        mmap(
-                            at,
-                            len,
-                            ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
-                            MapFlags::MAP_SHARED | MapFlags::MAP_FIXED,
-                            fd,
-                            0,
-                        )
-                    }
-                    .map_err(sys_err(format!("mapping rank {r}'s window copy")))?;
-                }
-                Ok(mapping)
+                    kind: MappingKind::Emu(range),
+                })
             }
             Backend::Cuda(d) => {
                 let range = VmmRange::map(d, stride, fds)?;
@@ -210,16 +155,9 @@ impl FlatMapping {
     pub(crate) fn write(&self, rank: u32, offset: u64, data: &[u8]) -> Result<()> {
         let addr = self.base + u64::from(rank) * self.stride + offset;
         match &self.kind {
-            MappingKind::Emu => {
-                // SAFETY: `addr..addr+len` lies in rank `rank`'s mapped copy (caller-checked
-                // bounds, rank < nranks). The memory is shared with emulated kernels and other
-                // processes, like a shared file mapping; plain bytes have no invalid values.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(data.as_ptr(), addr as *mut u8, data.len());
-                }
-                Ok(())
-            }
+            MappingKind::Emu(r) => r.write(addr, data),
             MappingKind::Cuda(r) => r.write(addr, data),
+            MappingKind::Released => unreachable!("a mapping is released only by its drop"),
         }
     }
 
@@ -227,14 +165,9 @@ impl FlatMapping {
     pub(crate) fn read(&self, rank: u32, offset: u64, out: &mut [u8]) -> Result<()> {
         let addr = self.base + u64::from(rank) * self.stride + offset;
         match &self.kind {
-            MappingKind::Emu => {
-                // SAFETY: as in `write`, reading.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), out.len());
-                }
-                Ok(())
-            }
+            MappingKind::Emu(r) => r.read(addr, out),
             MappingKind::Cuda(r) => r.read(addr, out),
+            MappingKind::Released => unreachable!("a mapping is released only by its drop"),
         }
     }
 
@@ -242,12 +175,9 @@ impl FlatMapping {
     pub(crate) fn zero(&self, rank: u32) -> Result<()> {
         let addr = self.base + u64::from(rank) * self.stride;
         match &self.kind {
-            MappingKind::Emu => {
-                // SAFETY: rank `rank`'s whole mapped copy.
-                unsafe { std::ptr::write_bytes(addr as *mut u8, 0, self.stride as usize) };
-                Ok(())
-            }
+            MappingKind::Emu(r) => r.zero(addr, self.stride),
             MappingKind::Cuda(r) => r.zero(addr, self.stride),
+            MappingKind::Released => unreachable!("a mapping is released only by its drop"),
         }
     }
 }
@@ -255,29 +185,14 @@ impl FlatMapping {
 impl Drop for FlatMapping {
     fn drop(&mut self) {
         // Unmapping synchronizes the GPU (cuMemUnmap): only while no symcomm stream has work in
-        // flight (`crate::sync_free`). The emulator models that wait.
-        let (base, len) = (
-            self.base as usize,
-            self.stride as usize * self.nranks as usize,
-        );
-        let free: Box<dyn FnOnce() + Send> = match std::mem::replace(
-            &mut self.kind,
-            MappingKind::Emu,
-        ) {
-            MappingKind::Emu => Box::new(move || {
-                crate::sync_free::emulated_context_sync();
-                if let (Some(base), true) = (NonNull::new(base as *mut c_void), len > 0) {
-                    // SAFETY: the whole reservation made in `map`, owned by this mapping and
-                    // unmapped once; no kernel uses it any more (the launch contract keeps
-                    // windows alive past their kernels).
-                    if let Err(e) = unsafe { munmap(base, len) } {
-                        tracing::warn!(target: "symcomm::alloc", "munmap of a window failed: {e}");
-                    }
-                }
-            }),
-            // `VmmRange` unmaps and releases on its own drop.
-            MappingKind::Cuda(range) => Box::new(move || drop(range)),
-        };
+        // flight (`crate::sync_free`). The emulator models that wait (in `MemfdRange`'s drop).
+        // Both ranges unmap and release on their own drop.
+        let free: Box<dyn FnOnce() + Send> =
+            match std::mem::replace(&mut self.kind, MappingKind::Released) {
+                MappingKind::Emu(range) => Box::new(move || drop(range)),
+                MappingKind::Cuda(range) => Box::new(move || drop(range)),
+                MappingKind::Released => return,
+            };
         crate::sync_free::release(free);
     }
 }
@@ -293,7 +208,7 @@ pub(crate) struct ControlBlock {
 
 /// Owns the block's memory; only its drop matters.
 enum ControlMemory {
-    Emu(Box<[u64; 8]>),
+    Emu(HeapBlock),
     Cuda(HostMapped),
     /// Handed to `crate::sync_free` by the block's drop.
     Released,
@@ -302,13 +217,10 @@ enum ControlMemory {
 impl Drop for ControlBlock {
     fn drop(&mut self) {
         // cuMemFreeHost synchronizes the GPU: only while no symcomm stream has work in flight
-        // (`crate::sync_free`). The emulator models that wait.
+        // (`crate::sync_free`). The emulator models that wait (in `HeapBlock`'s drop).
         let free: Box<dyn FnOnce() + Send> =
             match std::mem::replace(&mut self._keep, ControlMemory::Released) {
-                ControlMemory::Emu(mem) => Box::new(move || {
-                    crate::sync_free::emulated_context_sync();
-                    drop(mem);
-                }),
+                ControlMemory::Emu(mem) => Box::new(move || drop(mem)),
                 ControlMemory::Cuda(mem) => Box::new(move || drop(mem)),
                 ControlMemory::Released => return,
             };
@@ -330,11 +242,10 @@ impl ControlBlock {
     pub(crate) fn new(backend: &Backend) -> Result<Self> {
         match backend {
             Backend::Emu => {
-                let mut mem = Box::new([0u64; 8]);
-                let host = mem.as_mut_ptr().cast::<u8>();
+                let mem = HeapBlock::new();
                 Ok(ControlBlock {
-                    host,
-                    device: host as u64,
+                    host: mem.host_ptr(),
+                    device: mem.host_ptr() as u64,
                     _keep: ControlMemory::Emu(mem),
                 })
             }

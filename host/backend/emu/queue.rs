@@ -1,0 +1,454 @@
+//! The emulator's streams: one queue per stream, served in order by its own worker thread.
+//!
+//! [`crate::stream::Stream`] enqueues kernel launches, raw copies and sets, event waits and host
+//! functions on an [`EmuStream`] as [`HostFn`] items; an [`EmuEvent`] is its queue and a ticket
+//! (the item count at which it completes). The first failure is sticky: later items are skipped but
+//! counted, so that every waiter finishes.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+
+use crate::{Error, Result};
+
+/// Work queued on an emulator stream. `Fn` and shared, so that a graph can queue one recorded
+/// item again on every launch.
+pub(crate) type HostFn = Arc<dyn Fn() -> Result<()> + Send + Sync + 'static>;
+
+/// Name of emulator stream worker threads (what `/proc/<pid>/task/*/comm` shows).
+pub(crate) const WORKER_NAME: &str = "symcomm-stream";
+
+/// State shared by an emulator stream, its worker thread, its events and the streams that wait
+/// on those events.
+struct Queue {
+    state: Mutex<QueueState>,
+    /// Signalled when an item is queued or the stream closes (the worker waits on it).
+    work: Condvar,
+    /// Signalled when an item completed (synchronize, events and waiting streams wait on it).
+    progress: Condvar,
+}
+
+struct QueueState {
+    items: VecDeque<HostFn>,
+    /// Items ever queued; item k (1-based) is the k-th queued.
+    enqueued: u64,
+    /// Items run or skipped, in order: items `1..=completed` are done.
+    completed: u64,
+    /// The first failure: the failed item's number and its error.
+    error: Option<(u64, Error)>,
+    /// The stream is dropping: the worker exits once `items` is empty.
+    closing: bool,
+}
+
+impl Queue {
+    fn lock(&self) -> MutexGuard<'_, QueueState> {
+        // Items run outside the lock, so a poisoned lock only means a panic inside this module's
+        // short critical sections; the state is still consistent.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues `item`, unless the stream has failed.
+    fn push(&self, item: HostFn) -> Result<()> {
+        self.push_all(std::iter::once(item)).map(|_| ())
+    }
+
+    /// Queues `items` back to back (no other enqueue comes between them), unless the stream has
+    /// failed; returns the ticket of the last one (the current ticket if there are none).
+    fn push_all(&self, items: impl IntoIterator<Item = HostFn>) -> Result<u64> {
+        let mut st = self.lock();
+        if let Some((_, e)) = &st.error {
+            return Err(replicate(e));
+        }
+        for item in items {
+            st.items.push_back(item);
+            st.enqueued += 1;
+        }
+        let ticket = st.enqueued;
+        drop(st);
+        self.work.notify_one();
+        Ok(ticket)
+    }
+
+    /// The stream's error, if it failed.
+    fn sticky(&self) -> Result<()> {
+        match &self.lock().error {
+            Some((_, e)) => Err(replicate(e)),
+            None => Ok(()),
+        }
+    }
+
+    /// Blocks until items `1..=ticket` are done; fails with the error of the first failed one
+    /// among them.
+    fn wait_for(&self, ticket: u64) -> Result<()> {
+        let mut st = self.lock();
+        while st.completed < ticket {
+            st = self
+                .progress
+                .wait(st)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        match &st.error {
+            Some((failed, e)) if *failed <= ticket => Err(replicate(e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether items `1..=ticket` are done, failing as [`Self::wait_for`].
+    fn reached(&self, ticket: u64) -> Result<bool> {
+        let st = self.lock();
+        match &st.error {
+            Some((failed, e)) if *failed <= ticket => Err(replicate(e)),
+            _ => Ok(st.completed >= ticket),
+        }
+    }
+
+    /// The worker: runs items in order until the stream closes and the queue is empty.
+    fn serve(&self) {
+        loop {
+            let (item, ticket, failed) = {
+                let mut st = self.lock();
+                loop {
+                    if let Some(item) = st.items.pop_front() {
+                        break (item, st.completed + 1, st.error.is_some());
+                    }
+                    if st.closing {
+                        return;
+                    }
+                    st = self.work.wait(st).unwrap_or_else(PoisonError::into_inner);
+                }
+            };
+            // After a failure later work is skipped (it may depend on the failed item) but still
+            // counted, so that waiters on this stream finish.
+            let result = if failed { Ok(()) } else { run_item(&item) };
+            let mut st = self.lock();
+            st.completed = ticket;
+            if let Err(e) = result {
+                tracing::debug!(target: "symcomm::stream", item = ticket, error = %e, "emulator stream failed");
+                st.error.get_or_insert((ticket, e));
+            }
+            drop(st);
+            self.progress.notify_all();
+        }
+    }
+}
+
+impl crate::sync_free::StreamProbe for Queue {
+    fn idle(&self) -> bool {
+        let st = self.lock();
+        st.completed >= st.enqueued
+    }
+
+    fn settle(&self, deadline: std::time::Instant) -> bool {
+        let mut st = self.lock();
+        let ticket = st.enqueued;
+        while st.completed < ticket {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            st = self
+                .progress
+                .wait_timeout(st, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        true
+    }
+}
+
+/// Runs one queued item; a panic inside it becomes an error, so the worker lives on and waiters
+/// are released.
+fn run_item(item: &HostFn) -> Result<()> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| item())) {
+        Ok(result) => result,
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a non-string payload".to_owned());
+            Err(Error::Device(symcomm_device::Error::EmuLaunch {
+                kernel: "<host function>".to_owned(),
+                message: format!("panicked: {what}"),
+            }))
+        }
+    }
+}
+
+/// A copy of `e`, for the sticky error that every later call on a failed stream returns (the
+/// error type is not `Clone`: it may hold an `io::Error`, copied here by kind and message).
+///
+/// Exact for the errors stream work produces (launch, driver, emulator, host-function and I/O
+/// errors); any other variant a host function returns is reported with its message under
+/// [`Error::Device`].
+fn replicate(e: &Error) -> Error {
+    match e {
+        Error::NoDriver(s) => Error::NoDriver(s.clone()),
+        Error::Cuda { call, error } => Error::Cuda {
+            call,
+            error: error.clone(),
+        },
+        Error::Nvrtc { call, error } => Error::Nvrtc {
+            call,
+            error: error.clone(),
+        },
+        Error::UnknownKernel(s) => Error::UnknownKernel(s.clone()),
+        Error::InvalidArgument(s) => Error::InvalidArgument(s.clone()),
+        Error::Timeout {
+            rank,
+            peer,
+            op,
+            detail,
+        } => Error::Timeout {
+            rank: *rank,
+            peer: *peer,
+            op,
+            detail: detail.clone(),
+        },
+        Error::Aborted {
+            rank,
+            peer,
+            op,
+            detail,
+        } => Error::Aborted {
+            rank: *rank,
+            peer: *peer,
+            op,
+            detail: detail.clone(),
+        },
+        Error::Device(d) => Error::Device(replicate_device(d)),
+        Error::Io { what, source } => Error::Io {
+            what: what.clone(),
+            source: std::io::Error::new(source.kind(), source.to_string()),
+        },
+        other => Error::Device(symcomm_device::Error::EmuLaunch {
+            kernel: "<stream work>".to_owned(),
+            message: other.to_string(),
+        }),
+    }
+}
+
+fn replicate_device(e: &symcomm_device::Error) -> symcomm_device::Error {
+    use symcomm_device::Error as D;
+    match e {
+        D::EmuLaunch { kernel, message } => D::EmuLaunch {
+            kernel: kernel.clone(),
+            message: message.clone(),
+        },
+        D::ToolStart { tool, path, source } => D::ToolStart {
+            tool,
+            path: path.clone(),
+            source: std::io::Error::new(source.kind(), source.to_string()),
+        },
+        D::CompileFailed {
+            tool,
+            what,
+            status,
+            stderr,
+        } => D::CompileFailed {
+            tool,
+            what: what.clone(),
+            status: status.clone(),
+            stderr: stderr.clone(),
+        },
+        D::Spills {
+            kernel,
+            arch,
+            stores,
+            loads,
+        } => D::Spills {
+            kernel: kernel.clone(),
+            arch: arch.clone(),
+            stores: *stores,
+            loads: *loads,
+        },
+        D::Io { path, source } => D::Io {
+            path: path.clone(),
+            source: std::io::Error::new(source.kind(), source.to_string()),
+        },
+        D::MissingEnv(v) => D::MissingEnv(v),
+        // A variant added to the device crate later: keep its message.
+        other => D::EmuLaunch {
+            kernel: "<stream>".to_owned(),
+            message: other.to_string(),
+        },
+    }
+}
+
+/// A snapshot of an emulator stream's counters ([`EmuStream::progress`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct QueueProgress {
+    pub(crate) enqueued: u64,
+    pub(crate) completed: u64,
+    pub(crate) failed: bool,
+}
+
+/// An emulator stream: the shared queue and its worker thread.
+pub(crate) struct EmuStream {
+    queue: Arc<Queue>,
+    worker: Option<JoinHandle<()>>,
+}
+
+impl EmuStream {
+    /// A new queue with its worker thread.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the worker thread cannot be started.
+    pub(crate) fn new() -> Result<Self> {
+        let queue = Arc::new(Queue {
+            state: Mutex::new(QueueState {
+                items: VecDeque::new(),
+                enqueued: 0,
+                completed: 0,
+                error: None,
+                closing: false,
+            }),
+            work: Condvar::new(),
+            progress: Condvar::new(),
+        });
+        let served = Arc::clone(&queue);
+        let worker = std::thread::Builder::new()
+            .name(WORKER_NAME.to_owned())
+            .spawn(move || served.serve())
+            .map_err(|source| Error::Io {
+                what: "starting an emulator stream's worker thread".to_owned(),
+                source,
+            })?;
+        Ok(EmuStream {
+            queue,
+            worker: Some(worker),
+        })
+    }
+
+    /// What the gate of synchronizing frees asks of the stream (`crate::sync_free`).
+    pub(crate) fn probe(&self) -> Arc<dyn crate::sync_free::StreamProbe> {
+        self.queue.clone()
+    }
+
+    /// The queue's identity: equal for two values exactly when they are the same stream.
+    pub(crate) fn key(&self) -> usize {
+        Arc::as_ptr(&self.queue).expose_provenance()
+    }
+
+    /// Items queued and done so far, and whether the stream failed (for `Debug`).
+    pub(crate) fn progress(&self) -> QueueProgress {
+        let st = self.queue.lock();
+        QueueProgress {
+            enqueued: st.enqueued,
+            completed: st.completed,
+            failed: st.error.is_some(),
+        }
+    }
+
+    /// The stream's error, if it failed.
+    pub(crate) fn sticky(&self) -> Result<()> {
+        self.queue.sticky()
+    }
+
+    /// Queues `item`, unless the stream has failed.
+    pub(crate) fn push(&self, item: HostFn) -> Result<()> {
+        self.queue.push(item)
+    }
+
+    /// Blocks until every item queued so far is done; the stream's error if it failed.
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        let target = self.queue.lock().enqueued;
+        self.queue.wait_for(target)?;
+        self.queue.sticky()
+    }
+
+    /// Whether every item queued so far is done, failing with the stream's error if it failed.
+    pub(crate) fn is_idle(&self) -> Result<bool> {
+        let st = self.queue.lock();
+        match &st.error {
+            Some((_, e)) => Err(replicate(e)),
+            None => Ok(st.completed >= st.enqueued),
+        }
+    }
+
+    /// An event that completes when every item queued so far is done, unless the stream has
+    /// failed.
+    pub(crate) fn record_event(&self) -> Result<EmuEvent> {
+        let st = self.queue.lock();
+        if let Some((_, e)) = &st.error {
+            return Err(replicate(e));
+        }
+        Ok(EmuEvent {
+            queue: Arc::clone(&self.queue),
+            ticket: st.enqueued,
+        })
+    }
+
+    /// Makes later items wait until `event` completed (a queued wait), and fail with its
+    /// stream's error if that stream failed at or before it.
+    pub(crate) fn wait_event(&self, event: &EmuEvent) -> Result<()> {
+        if Arc::ptr_eq(&self.queue, &event.queue) {
+            // Recorded on this stream: in-order execution already waits for it.
+            return self.queue.sticky();
+        }
+        let (other, ticket) = (Arc::clone(&event.queue), event.ticket);
+        self.queue.push(Arc::new(move || other.wait_for(ticket)))
+    }
+
+    /// Queues one run of a graph's `items` back to back, after the previous run `last` of the
+    /// same graph (on whichever stream it ran), and makes `last` this run.
+    pub(crate) fn launch_graph(&self, items: &[HostFn], last: &mut Option<EmuEvent>) -> Result<()> {
+        let wait: Option<HostFn> = match &*last {
+            Some(prev) if !Arc::ptr_eq(&prev.queue, &self.queue) => {
+                let (queue, ticket) = (Arc::clone(&prev.queue), prev.ticket);
+                Some(Arc::new(move || queue.wait_for(ticket)))
+            }
+            // Never launched, or last on this stream: in-order execution suffices.
+            _ => None,
+        };
+        let ticket = self
+            .queue
+            .push_all(wait.into_iter().chain(items.iter().cloned()))?;
+        *last = Some(EmuEvent {
+            queue: Arc::clone(&self.queue),
+            ticket,
+        });
+        Ok(())
+    }
+}
+
+/// A point in an emulator stream's work: complete when the queue's items `1..=ticket` are done.
+pub(crate) struct EmuEvent {
+    queue: Arc<Queue>,
+    ticket: u64,
+}
+
+impl EmuEvent {
+    /// Blocks until the recorded work is done; the error of its stream if that failed at or
+    /// before the event.
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        self.queue.wait_for(self.ticket)
+    }
+
+    /// Whether the recorded work is done, without blocking, failing as [`Self::synchronize`].
+    pub(crate) fn is_complete(&self) -> Result<bool> {
+        self.queue.reached(self.ticket)
+    }
+
+    /// Items of its stream the event waits for (for `Debug`).
+    pub(crate) fn ticket(&self) -> u64 {
+        self.ticket
+    }
+}
+
+impl Drop for EmuStream {
+    fn drop(&mut self) {
+        self.queue.lock().closing = true;
+        self.queue.work.notify_all();
+        if let Some(worker) = self.worker.take() {
+            if worker.thread().id() == std::thread::current().id() {
+                // Dropped by one of its own items: the worker exits by itself once the queue is
+                // empty (joining itself would deadlock).
+                return;
+            }
+            if worker.join().is_err() {
+                tracing::warn!(target: "symcomm::stream", "emulator stream worker panicked");
+            }
+        }
+    }
+}
