@@ -12,7 +12,13 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr;
 use std::sync::{Arc, OnceLock};
 
-use super::{Context, CudaDevice, check, dsys};
+use cudarc::driver::sys as dsys;
+
+use super::CudaDevice;
+use super::device::Context;
+use super::loader::{check, init};
+use super::memory::sync_legacy_stream;
+use super::probe::device_handle;
 use crate::{Error, Result};
 
 /// Driver entry points used here, checked once before the first use (cudarc panics on a
@@ -39,7 +45,7 @@ fn vmm_available() -> Result<()> {
     STATE
         .get_or_init(|| {
             // SAFETY: only called with a `CudaDevice` in hand, so the driver library was loaded
-            // and checked (`super::driver`) and `culib` finds it without panicking.
+            // and checked (`super::loader::driver`) and `culib` finds it without panicking.
             let lib = unsafe { dsys::culib() };
             let missing: Vec<&str> = VMM_SYMBOLS
                 .iter()
@@ -84,9 +90,9 @@ fn alloc_prop(ctx: &Context) -> dsys::CUmemAllocationProp {
 /// # Errors
 /// [`Error::NoDriver`], [`Error::Cuda`].
 pub fn gpu_uuid(ordinal: usize) -> Result<[u8; 16]> {
-    super::init()?;
+    init()?;
     vmm_available()?;
-    let dev = super::device_handle(ordinal)?;
+    let dev = device_handle(ordinal)?;
     // SAFETY: a plain 16-byte C struct; zero is a valid value.
     let mut uuid: dsys::CUuuid = unsafe { std::mem::zeroed() };
     // SAFETY: the driver is initialised; `dev` came from cuDeviceGet; the out-pointer is live.
@@ -271,7 +277,7 @@ impl VmmRange {
         })?;
         // From pageable memory the copy may return before the data reached the device, and
         // kernels on non-blocking streams would not wait for it.
-        super::sync_legacy_stream()
+        sync_legacy_stream()
     }
 
     /// Copies device bytes at `addr` (inside this range; caller-checked) to the host.
@@ -292,7 +298,7 @@ impl VmmRange {
         })?;
         // Wait for the memset (legacy stream) only: a context-wide synchronize would also wait
         // for other ranks' kernels on this GPU, which may be waiting for this rank.
-        super::sync_legacy_stream()
+        sync_legacy_stream()
     }
 }
 

@@ -1,0 +1,131 @@
+//! The staged path: buffers that are not windows of this communicator go through the lane's
+//! staging windows, chunk by chunk, in stream order.
+
+use symcomm_device::abi::{CollArgs, SYMCOMM_SCOPE_GRID};
+
+use super::lanes::Lane;
+use super::{Builtin, Call, layout};
+use crate::comm::Communicator;
+use crate::stream::{RetainFn, Stream};
+use crate::tune::Collective;
+use crate::{Error, Result};
+
+/// Default bytes of each staging window (`SYMCOMM_STAGING_BYTES`); a lane has two
+/// (input and output).
+pub const DEFAULT_STAGING_BYTES: u64 = 4 << 20;
+
+impl Communicator {
+    pub(super) fn staging_bytes(&self) -> Result<u64> {
+        staging_bytes_from_env()
+    }
+
+    /// The staged path: chunks of at most what the staging windows hold, each copied in, run,
+    /// copied out in stream order.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn staged(
+        &self,
+        call: &Call<'_>,
+        lane: &Lane,
+        kind: u32,
+        kernel: &Builtin,
+        stream: &Stream,
+        dev: &symcomm_device::abi::DevComm,
+        retain: RetainFn<'_>,
+    ) -> Result<()> {
+        let n = u64::from(self.nranks);
+        let size = call.dtype.size() as u64;
+        let (sb, rb) = layout(call.coll, n);
+        // Elements per rank block per chunk: the same on every rank.
+        let cap = lane.stage_bytes / size / sb.max(rb);
+        if cap == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "SYMCOMM_STAGING_BYTES ({}) is too small for {} ranks of {}",
+                lane.stage_bytes,
+                n,
+                call.dtype.name()
+            )));
+        }
+        let stage_in = lane.stage_in.base() + u64::from(self.rank) * lane.stage_in.stride();
+        let stage_out = lane.stage_out.base() + u64::from(self.rank) * lane.stage_out.stride();
+        let (win_in, win_out) = (
+            lane.stage_handle(&lane.stage_in, self.rank),
+            lane.stage_handle(&lane.stage_out, self.rank),
+        );
+        let mut off = 0;
+        while off < call.count {
+            let c = cap.min(call.count - off);
+            for j in 0..sb {
+                // SAFETY: validated: the send buffer holds sb * count elements; the staging
+                // input holds sb * cap >= sb * c elements of this rank; stream-ordered after
+                // the previous chunk's kernel, which no peer reads after it ended.
+                unsafe {
+                    stream.copy_raw_retaining(
+                        stage_in + j * c * size,
+                        call.send.addr + (j * call.count + off) * size,
+                        c * size,
+                        retain,
+                    )
+                }?;
+            }
+            let args = CollArgs {
+                kind,
+                dtype: call.dtype.code(),
+                redop: call.op.code(),
+                root: call.root,
+                scope: SYMCOMM_SCOPE_GRID,
+                index: lane.first_barrier,
+                count: c,
+                src_offset: 0,
+                dst_offset: 0,
+                tile_stride: 0,
+                src: win_in,
+                dst: win_out,
+            };
+            self.launch_coll(
+                kernel,
+                stream,
+                dev,
+                &args,
+                c * size * sb.max(rb),
+                call.coll,
+                retain,
+            )?;
+            let writes_recv = call.coll != Collective::Reduce || self.rank == call.root;
+            if writes_recv {
+                for j in 0..rb {
+                    // SAFETY: as above, for the receive buffer (rb * count elements) and this
+                    // rank's staging output, after the chunk's kernel in stream order.
+                    unsafe {
+                        stream.copy_raw_retaining(
+                            call.recv.addr + (j * call.count + off) * size,
+                            stage_out + j * c * size,
+                            c * size,
+                            retain,
+                        )
+                    }?;
+                }
+            }
+            off += c;
+        }
+        Ok(())
+    }
+}
+
+/// The staging bytes per lane: `SYMCOMM_STAGING_BYTES` (4096..=16 GiB) or the default (read now).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a value outside that range or not a number.
+pub(in crate::comm) fn staging_bytes_from_env() -> Result<u64> {
+    match crate::config::raw_value("SYMCOMM_STAGING_BYTES") {
+        None => Ok(DEFAULT_STAGING_BYTES),
+        Some(v) => v
+            .parse::<u64>()
+            .ok()
+            .filter(|&b| (4096..=(1 << 34)).contains(&b))
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "SYMCOMM_STAGING_BYTES={v}: expected a byte count from 4096 to 16 GiB"
+                ))
+            }),
+    }
+}
