@@ -32,6 +32,7 @@ pub(super) fn run(config: &BootstrapConfig, host_id: String, start: Instant) -> 
         rank: config.rank,
         missing,
         timeout_ms: millis(config.timeout),
+        auth_failed: Vec::new(),
     };
     let bind_ip = match &config.ifname {
         Some(spec) => Some(net::ifname_addr(spec, &net::interfaces()?)?),
@@ -157,6 +158,7 @@ fn open(
             rank: config.rank,
             missing: vec![0],
             timeout_ms: millis(config.timeout),
+            auth_failed: Vec::new(),
         }
     };
     let mut backoff = Duration::from_millis(5);
@@ -279,6 +281,7 @@ fn abort_error(config: &BootstrapConfig, root: SocketAddr, payload: &[u8]) -> Er
             rank: config.rank,
             missing: abort.missing,
             timeout_ms: millis(config.timeout),
+            auth_failed: Vec::new(),
         },
         AbortCode::DuplicateRank => kind(BootstrapErrorKind::DuplicateRank),
         AbortCode::RankOutOfRange => kind(BootstrapErrorKind::RankOutOfRange),
