@@ -53,19 +53,21 @@
 //! least half of the connections held still owe their hello, it drops the one that has owed its
 //! hello the longest; otherwise the one that has owed its proof the longest.
 //!
-//! **Guarantee:** with the root full, a connection is dropped to make room only after at least
-//! `MAX_PENDING_HANDSHAKES / 2 - 1` (511) newer connections arrived while it owed its hello, or
-//! after `MAX_PENDING_HANDSHAKES / 2` (512) other connections sent a valid hello after it while it
-//! owes its proof. So connections that never send a valid hello — silent, slow, garbage; any
-//! number of them, reopened as fast as the root drops them — never push out a rank that has sent
-//! its hello, and a rank's hello (sent microseconds after it connects) has the time that 511 new
-//! connections take to arrive; an attacker who sends valid hellos must send 512 of them per
-//! proof-round-trip of a legitimate rank to displace it. A rank dropped anyway (or that finds
-//! the listener's queue full) reconnects until its init timeout. The guarantee is about
+//! **Guarantee:** with the root full — holding `C` connections, `C` = [`MAX_PENDING_HANDSHAKES`]
+//! (1024), or a quarter of the file-descriptor limit when that is smaller (256 under the common
+//! soft limit of 1024) — a connection is dropped to make room only after at least `C / 2 - 1`
+//! newer connections arrived while it owed its hello, or after `C / 2` other connections sent a
+//! valid hello after it while it owes its proof. So connections that never send a valid hello —
+//! silent, slow, garbage; any number of them, reopened as fast as the root drops them — never
+//! push out a rank that has sent its hello (while fewer than `C / 2` ranks are between hello and
+//! proof at once), and a rank's hello, sent microseconds after it connects, has the time that
+//! `C / 2 - 1` new connections take to arrive; to push out a rank, an attacker must complete
+//! `C / 2` valid hellos within one proof round trip of that rank. A rank dropped anyway (or that
+//! finds the listener's queue full) reconnects until its init timeout. The guarantee is about
 //! admission: it does not protect against an attacker who knows the secret, nor against a flood
-//! that saturates the CPU or the network. There is no per-source-address limit:
-//! the ranks of a job often all connect from one address (`127.0.0.1` under `symcomm launch`),
-//! and the eviction order above protects them without one.
+//! that saturates the CPU or the network. There is no per-source-address limit: the ranks of a
+//! job often all connect from one address (`127.0.0.1` under `symcomm launch`), and the eviction
+//! order above protects them without one.
 
 mod auth;
 mod client;

@@ -180,13 +180,17 @@ enum Stage {
     },
 }
 
+/// Eviction class of connections that owe their hello ([`Stage::Hello`])…
+const OWES_HELLO: u8 = 0;
+/// …and of those that owe their proof ([`Stage::Auth`]).
+const OWES_PROOF: u8 = 1;
+
 impl Stage {
-    /// The eviction class: connections that owe their hello go before those that owe their
-    /// proof.
+    /// The eviction class ([`Root::evict`]).
     fn class(self) -> u8 {
         match self {
-            Stage::Hello => 0,
-            Stage::Auth { .. } => 1,
+            Stage::Hello => OWES_HELLO,
+            Stage::Auth { .. } => OWES_PROOF,
         }
     }
 }
@@ -507,7 +511,7 @@ impl<'a> Root<'a> {
         let conn = self.next_conn;
         self.next_conn += 1;
         let now = Instant::now();
-        self.order.insert((Stage::Hello.class(), conn));
+        self.order.insert((OWES_HELLO, conn));
         self.owing_hello += 1;
         self.incoming.insert(
             conn,
@@ -530,9 +534,9 @@ impl<'a> Root<'a> {
     /// owing its proof only after `capacity / 2` others sent a hello after it.)
     fn evict(&mut self, why: &str) {
         let class = if self.owing_hello * 2 >= self.incoming.len() {
-            Stage::Hello.class()
+            OWES_HELLO
         } else {
-            Stage::Hello.class() + 1
+            OWES_PROOF
         };
         let Some(&(_, conn)) = self
             .order
@@ -542,7 +546,7 @@ impl<'a> Root<'a> {
         else {
             return;
         };
-        let silent_for = self
+        let age = self
             .incoming
             .get(&conn)
             .map(|c| c.accepted.elapsed())
@@ -550,7 +554,7 @@ impl<'a> Root<'a> {
         self.drop_conn(
             conn,
             Outcome::Evicted,
-            &format!("{why}; it was accepted {silent_for:.0?} ago"),
+            &format!("{why}; it was accepted {age:.0?} ago"),
         );
     }
 
@@ -1069,18 +1073,23 @@ mod tests {
         Instant::now() + Duration::from_secs(5)
     }
 
-    /// Connects and sends a hello; returns the stream and both nonces once challenged.
-    fn hello(id: &UniqueId) -> (TcpStream, Nonce, Nonce) {
-        let s = TcpStream::connect(id.addr()).unwrap();
+    /// Sends a hello on `s`; returns both nonces once challenged.
+    fn say_hello(s: &TcpStream) -> (Nonce, Nonce) {
         let cn = auth::nonce().unwrap();
         let h = Hello {
             version: PROTOCOL_VERSION,
             nonce: cn,
         };
-        write_frame(&s, &h.encode(), soon()).unwrap();
-        let (_, p) = wire::read_frame(&s, soon(), &[FrameType::Challenge], 2).unwrap();
-        let c = Challenge::decode(&p, PROTOCOL_VERSION).unwrap();
-        (s, cn, c.nonce)
+        write_frame(s, &h.encode(), soon()).unwrap();
+        let (_, p) = wire::read_frame(s, soon(), &[FrameType::Challenge], 2).unwrap();
+        (cn, Challenge::decode(&p, PROTOCOL_VERSION).unwrap().nonce)
+    }
+
+    /// Connects and sends a hello; returns the stream and both nonces once challenged.
+    fn hello(id: &UniqueId) -> (TcpStream, Nonce, Nonce) {
+        let s = TcpStream::connect(id.addr()).unwrap();
+        let (cn, rn) = say_hello(&s);
+        (s, cn, rn)
     }
 
     /// Sends rank 1's proof; returns the frame type of the root's answer.
@@ -1161,14 +1170,7 @@ mod tests {
             );
             assert_eq!(gone, i < cap / 2, "stalled connection {i}");
         }
-        let cn = auth::nonce().unwrap();
-        let h = Hello {
-            version: PROTOCOL_VERSION,
-            nonce: cn,
-        };
-        write_frame(&rank, &h.encode(), soon()).unwrap();
-        let (_, p) = wire::read_frame(&rank, soon(), &[FrameType::Challenge], 2).unwrap();
-        let rn = Challenge::decode(&p, PROTOCOL_VERSION).unwrap().nonce;
+        let (cn, rn) = say_hello(&rank);
         assert_eq!(prove(&id, &rank, &cn, &rn), FrameType::Welcome);
         let b = root.join().unwrap().unwrap();
         assert_eq!(b.strays().overflow as usize, cap / 2, "{:?}", b.strays());
