@@ -357,6 +357,8 @@ struct Root<'a> {
     log: DropLog,
     /// Ranks claimed by connections that failed authentication (for the timeout's error).
     auth_claims: BTreeSet<u32>,
+    /// The verdict that ended a failed rendezvous.
+    verdict: Option<Abort>,
 }
 
 impl<'a> Root<'a> {
@@ -382,6 +384,7 @@ impl<'a> Root<'a> {
             strays: StrayStats::default(),
             log: DropLog::new(),
             auth_claims: BTreeSet::new(),
+            verdict: None,
         })
     }
 
@@ -939,8 +942,10 @@ impl<'a> Root<'a> {
         Error::Bootstrap { kind, detail }
     }
 
-    /// Sends `abort` to every admitted rank and closes their connections.
+    /// Sends `abort` to every admitted rank and closes their connections (and keeps it for the
+    /// connections still handshaking, [`Root::finish`]).
     fn broadcast(&mut self, abort: &Abort) {
+        self.verdict = Some(abort.clone());
         let frame = abort.encode();
         let until = Instant::now() + WRITE_GRACE;
         for m in self.members.iter_mut().filter_map(Option::take) {
@@ -999,9 +1004,21 @@ impl<'a> Root<'a> {
     }
 
     /// Closes every connection still handshaking and returns the counts: what each had sent
-    /// decides its counter (a close, garbage), else it was cut short by the end.
+    /// decides its counter (a close, garbage), else it was cut short by the end. Each is told
+    /// first (best effort) that the rendezvous is over — with the verdict of a failed one — so
+    /// that a late rank fails at once instead of reconnecting until its timeout.
     fn finish(mut self) -> StrayStats {
         let nranks = self.config.nranks;
+        let verdict = self.verdict.take().unwrap_or_else(|| Abort {
+            code: AbortCode::Stopped,
+            value: 0,
+            missing: Vec::new(),
+            message: format!(
+                "the rendezvous at {} is over: all {nranks} ranks joined without this connection",
+                self.config.id.addr()
+            ),
+        });
+        let verdict = verdict.encode();
         for (_, mut c) in std::mem::take(&mut self.incoming) {
             let allowed = match c.stage {
                 Stage::Hello => [FrameType::Hello],
@@ -1009,7 +1026,10 @@ impl<'a> Root<'a> {
             };
             let outcome = match c.read_frame(&allowed, nranks) {
                 Err(e) => classify(&e),
-                Ok(_) => Outcome::TimedOut,
+                Ok(_) => {
+                    let _ = c.send_now(&verdict);
+                    Outcome::TimedOut
+                }
             };
             self.count(outcome);
         }
@@ -1175,6 +1195,25 @@ mod tests {
         let b = root.join().unwrap().unwrap();
         assert_eq!(b.strays().overflow as usize, cap / 2, "{:?}", b.strays());
         drop(silent);
+    }
+
+    #[test]
+    fn a_rank_still_handshaking_at_the_end_is_told_at_once() {
+        let id = UniqueId::new_on(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+        let root = root(&id, 2, 8);
+        // A second "rank 1" that is challenged but has not proved itself when the real one
+        // completes the rendezvous.
+        let (late, _, _) = hello(&id);
+        let config = BootstrapConfig::new(id.clone(), 1, 2)
+            .with_timeout(LONG)
+            .with_host_id("h");
+        init_with(&config).unwrap();
+        root.join().unwrap().unwrap();
+        let (kind, p) = wire::read_frame(&late, soon(), &[FrameType::Abort], 2).unwrap();
+        assert_eq!(kind, FrameType::Abort);
+        let abort = Abort::decode(&p).unwrap();
+        assert_eq!(abort.code, AbortCode::Stopped);
+        assert!(abort.message.contains("is over"), "{}", abort.message);
     }
 
     #[test]
