@@ -121,10 +121,13 @@ pub enum Error {
     AuthFailed(String),
     /// The bootstrap rendezvous did not complete within the init timeout. `missing` lists the
     /// ranks that never joined, as reported by the root (rank 0 when the root itself could not
-    /// be reached); it is empty when the root gave no verdict in time.
+    /// be reached); it is empty when the root gave no verdict in time. On the root,
+    /// `auth_failed` lists the ranks that connections which failed authentication claimed to
+    /// be: a missing rank listed there was most likely started with a different secret.
     #[error(
-        "bootstrap init timed out on rank {rank} after {timeout_ms} ms; {}",
-        missing_ranks(missing)
+        "bootstrap init timed out on rank {rank} after {timeout_ms} ms; {}{}",
+        missing_ranks(missing),
+        auth_failures(auth_failed)
     )]
     InitTimeout {
         /// Rank that timed out.
@@ -133,6 +136,10 @@ pub enum Error {
         missing: Vec<u32>,
         /// The init timeout, in milliseconds.
         timeout_ms: u64,
+        /// Root only: the ranks claimed by connections that failed authentication during the
+        /// rendezvous (unverified claims; ascending, each once, at most 64), empty when none
+        /// did and on the other ranks.
+        auth_failed: Vec<u32>,
     },
     /// A peer speaks another bootstrap protocol version (a different symcomm release).
     #[error(
@@ -211,15 +218,33 @@ fn missing_ranks(missing: &[u32]) -> String {
     if missing.is_empty() {
         return "the root gave no verdict, so the missing ranks are unknown".to_owned();
     }
+    format!("ranks that never joined: {}", rank_list(missing))
+}
+
+/// `; a connection claiming rank 1 failed authentication (…)`, or nothing.
+fn auth_failures(claimed: &[u32]) -> String {
+    match claimed {
+        [] => String::new(),
+        [rank] => format!(
+            "; a connection claiming rank {rank} failed authentication (a rank started with a \
+             different secret? check SYMCOMM_SECRET / SYMCOMM_ID on every rank)"
+        ),
+        _ => format!(
+            "; connections claiming ranks {} failed authentication (ranks started with a \
+             different secret? check SYMCOMM_SECRET / SYMCOMM_ID on every rank)",
+            rank_list(claimed)
+        ),
+    }
+}
+
+/// `[2, 5]`, shortened past 32 ranks.
+fn rank_list(ranks: &[u32]) -> String {
     const SHOWN: usize = 32;
-    let list: Vec<String> = missing.iter().take(SHOWN).map(u32::to_string).collect();
-    let more = missing.len().saturating_sub(SHOWN);
+    let list: Vec<String> = ranks.iter().take(SHOWN).map(u32::to_string).collect();
+    let more = ranks.len().saturating_sub(SHOWN);
     if more > 0 {
-        format!(
-            "ranks that never joined: [{}, ... and {more} more]",
-            list.join(", ")
-        )
+        format!("[{}, ... and {more} more]", list.join(", "))
     } else {
-        format!("ranks that never joined: [{}]", list.join(", "))
+        format!("[{}]", list.join(", "))
     }
 }

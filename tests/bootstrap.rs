@@ -1,6 +1,7 @@
 //! The bootstrap rendezvous with ranks as threads of this process, on loopback: tables and local
-//! teams for 1–8 ranks, authentication (a wrong secret never joins), stray traffic of every kind
-//! during init, timeouts that name the missing rank, duplicate / out-of-range / disagreeing
+//! teams for 1–8 ranks, authentication (a wrong secret never joins, and the root's timeout says
+//! so without the secret), stray traffic of every kind during init, ranks joining while the port
+//! is flooded, timeouts that name the missing rank, duplicate / out-of-range / disagreeing
 //! ranks, protocol versions, `UniqueId` strings and launcher variables.
 //!
 //! Timeouts are short (0.5–10 s) and every wait is bounded, so the file runs in a few seconds.
@@ -12,6 +13,7 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -278,6 +280,134 @@ fn a_wrong_secret_is_refused_quickly_and_never_joins() {
     assert_eq!(root.strays().total(), 1);
     assert!(root_time < Duration::from_secs(3), "{root_time:?}");
     eprintln!("wrong secret refused in {refused_in:?}; rendezvous in {root_time:?}");
+}
+
+#[test]
+fn the_roots_timeout_says_a_rank_failed_authentication_without_the_secret() {
+    let id = new_id();
+    let impostor = UniqueId::from_parts(id.addr(), [0x5a; 16]).unwrap();
+    let timeout = Duration::from_millis(1500);
+    let root = spawn_rank(config(&id, 0, 3, timeout));
+    let rank2 = spawn_rank(config(&id, 2, 3, timeout));
+    let refused = bootstrap::init_with(&config(&impostor, 1, 3, timeout)).unwrap_err();
+    assert!(matches!(refused, Error::AuthFailed(_)), "{refused}");
+    let root_err = root.join().unwrap().0.unwrap_err();
+    match &root_err {
+        Error::InitTimeout {
+            rank: 0,
+            missing,
+            auth_failed,
+            ..
+        } => {
+            assert_eq!(missing, &[1], "{root_err}");
+            assert_eq!(auth_failed, &[1], "{root_err}");
+        }
+        e => panic!("root: {e}"),
+    }
+    let text = root_err.to_string();
+    assert!(
+        text.contains("ranks that never joined: [1]")
+            && text.contains("a connection claiming rank 1 failed authentication"),
+        "{text}"
+    );
+    // The other ranks hear the plain verdict.
+    let rank2_err = rank2.join().unwrap().0.unwrap_err();
+    assert!(
+        matches!(&rank2_err, Error::InitTimeout { missing, auth_failed, .. }
+            if missing == &[1] && auth_failed.is_empty()),
+        "{rank2_err}"
+    );
+    for e in [&root_err, &refused, &rank2_err] {
+        let shown = format!("{e} / {e:?}").to_lowercase();
+        for secret in [secret_hex(&id), secret_hex(&impostor)] {
+            assert!(!shown.contains(&secret.to_lowercase()), "{shown}");
+        }
+    }
+    eprintln!("root: {root_err}");
+}
+
+/// Floods `addr` the way anyone who can reach the port can: `held` silent connections opened
+/// once and kept open, plus `churn` more, each reopened as soon as the root drops it. Says on
+/// `ready` once all are open; runs until `stop`; returns how many connections it opened.
+fn flood(
+    addr: SocketAddr,
+    held: usize,
+    churn: usize,
+    stop: Arc<AtomicBool>,
+    ready: mpsc::Sender<()>,
+) -> thread::JoinHandle<u64> {
+    thread::spawn(move || {
+        let connect = || TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok();
+        let mut opened = 0u64;
+        let mut kept = Vec::with_capacity(held);
+        while kept.len() < held && !stop.load(Ordering::SeqCst) {
+            if let Some(s) = connect() {
+                kept.push(s);
+                opened += 1;
+            }
+        }
+        let mut slots: Vec<Option<TcpStream>> = (0..churn).map(|_| None).collect();
+        let mut told = false;
+        while !stop.load(Ordering::SeqCst) {
+            for slot in &mut slots {
+                let open = slot.as_mut().is_some_and(|s| {
+                    let mut b = [0u8; 64];
+                    matches!(s.read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+                });
+                if !open {
+                    *slot = connect().filter(|s| s.set_nonblocking(true).is_ok());
+                    opened += u64::from(slot.is_some());
+                }
+            }
+            if !told && slots.iter().all(Option::is_some) {
+                let _ = ready.send(());
+                told = true;
+            }
+            thread::sleep(Duration::from_micros(200));
+        }
+        drop(kept);
+        opened
+    })
+}
+
+#[test]
+fn ranks_get_in_while_the_port_is_flooded() {
+    let id = new_id();
+    let n = 4;
+    // Far longer than the 10 s handshake deadline that silent connections used to hold a slot
+    // for; the ranks must get in long before either.
+    let timeout = Duration::from_secs(20);
+    let bound = Duration::from_secs(1) + SLACK;
+    let root = spawn_rank(config(&id, 0, n, timeout));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ready_tx, ready) = mpsc::channel();
+    let flooder = flood(id.addr(), 200, 128, Arc::clone(&stop), ready_tx);
+    ready
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the flood never got its connections open");
+    let t = Instant::now();
+    let ranks: Vec<_> = (1..n)
+        .map(|r| spawn_rank(config(&id, r, n, timeout)))
+        .collect();
+    let results: Vec<_> = ranks.into_iter().map(|h| h.join().unwrap()).collect();
+    let joined_in = t.elapsed();
+    let (root, _) = root.join().unwrap();
+    stop.store(true, Ordering::SeqCst);
+    let opened = flooder.join().unwrap();
+    for (i, (res, took)) in results.into_iter().enumerate() {
+        res.unwrap_or_else(|e| panic!("rank {} after {took:?}: {e}", i + 1));
+    }
+    let root = root.unwrap();
+    assert!(
+        joined_in < bound,
+        "ranks joined in {joined_in:?} under the flood (bound {bound:?})"
+    );
+    let s = root.strays();
+    assert!(s.total() >= 200, "{s:?}");
+    eprintln!(
+        "flood of {opened} connections: {} ranks joined in {joined_in:?}; {s:?}",
+        n - 1
+    );
 }
 
 #[test]

@@ -26,8 +26,18 @@
 //! - **Failure.** When a rank exits unsuccessfully (non-zero status or killed by a signal), the
 //!   launcher prints `symcomm launch: rank R exited with status X; stopping the other ranks`,
 //!   sends `SIGTERM` to the other ranks, `SIGKILL`s whatever is left after `--grace-ms`
-//!   (default 3000), and exits with that first failing rank's status (128 + S for a rank killed
-//!   by signal S, as shells report it). When every rank succeeds it exits 0.
+//!   (default 3000), and exits with rank R's status (128 + S for a rank killed by signal S, as
+//!   shells report it). When every rank succeeds it exits 0.
+//! - **Which rank is blamed.** When one rank dies the others usually fail a few milliseconds
+//!   later because of it (symcomm reports `PeerLost` to them), and the kernel may even let them
+//!   finish exiting before the dead rank's own exit is visible. So when the first failure is
+//!   seen the launcher waits [`BLAME_WINDOW`] (100 ms, less when every rank has exited by then)
+//!   before it stops the job, collecting every failure in that window, and then names the *root
+//!   cause*: a rank killed by a signal other than `SIGABRT` and `SIGPIPE` (a kill from outside,
+//!   or a crash) comes first, since ranks that lose a peer exit by themselves (or abort, or die
+//!   of `SIGPIPE` writing to it); then the rank seen failing first (the launcher is woken by
+//!   `SIGCHLD`, so it sees exits about as they happen); then the lowest rank. Ranks that fail
+//!   after the window, or die of the launcher's own `SIGTERM`, are never named.
 //! - **Timeout.** With `--timeout SECS`, a job still running after SECS seconds is stopped the
 //!   same way and the launcher exits 124 (as `timeout(1)` does).
 //! - **Errors.** Bad arguments (`-n 0`, no program) and a program that cannot be started exit 2
@@ -54,7 +64,8 @@ use symcomm::bootstrap::UniqueId;
 
 /// Most ranks one launch starts.
 const MAX_LAUNCH_RANKS: u32 = 1024;
-/// How often the launcher looks for exited ranks, signals and deadlines.
+/// How often the launcher looks for exited ranks and deadlines when no signal wakes it sooner
+/// (`SIGCHLD` wakes it as soon as a rank exits).
 const POLL: Duration = Duration::from_millis(20);
 /// Longest line passed on whole; longer ones are split into pieces of this size.
 const MAX_LINE: usize = 1 << 20;
@@ -67,9 +78,20 @@ const THREAD_STACK: usize = 256 * 1024;
 const USAGE_ERROR: u8 = 2;
 /// Exit status when `--timeout` expires.
 const TIMED_OUT: u8 = 124;
+/// How long after the first failure the launcher keeps collecting failures before it names
+/// the root cause and stops the job (see the module docs).
+const BLAME_WINDOW: Duration = Duration::from_millis(100);
+/// The blame rule of the module docs, for `symcomm launch --help`.
+const BLAME_HELP: &str = "\
+When a rank fails, the launcher collects the failures of the next 100 ms, then names the root \
+cause and exits with its status: a rank killed by a signal other than SIGABRT and SIGPIPE (a \
+kill or a crash: ranks that lose a peer exit, abort or get SIGPIPE by themselves) comes first, \
+then the rank seen failing first, then the lowest rank. Ranks that fail later, or die of the \
+launcher's own SIGTERM, are never named.";
 
 /// `symcomm launch` options.
 #[derive(Debug, clap::Args)]
+#[command(after_help = BLAME_HELP)]
 pub(crate) struct LaunchArgs {
     /// Number of ranks (copies of PROGRAM) to start, 1 to 1024.
     #[arg(
@@ -327,14 +349,16 @@ pub(crate) fn run(args: &LaunchArgs) -> ExitCode {
         return usage_error("no program to run".into());
     };
 
-    // SIGINT / SIGTERM are blocked in every launcher thread (threads inherit the mask; this runs
-    // before any is started) and taken by one thread with sigwait, which hands them to the wait
-    // loop below. Children unblock them again before exec (`prepare_child`).
+    // SIGINT / SIGTERM (to forward) and SIGCHLD (a rank exited: look now) are blocked in every
+    // launcher thread (threads inherit the mask; this runs before any is started) and taken by
+    // one thread with sigwait, which hands them to the wait loop below. Children unblock them
+    // again before exec (`prepare_child`).
     let mut forwarded = SigSet::empty();
     forwarded.add(Signal::SIGINT);
     forwarded.add(Signal::SIGTERM);
+    forwarded.add(Signal::SIGCHLD);
     if let Err(e) = forwarded.thread_block() {
-        return usage_error(format!("cannot block SIGINT and SIGTERM: {e}"));
+        return usage_error(format!("cannot block SIGINT, SIGTERM and SIGCHLD: {e}"));
     }
     let (signal_tx, signals) = mpsc::channel::<Signal>();
     let waiter = thread::Builder::new()
@@ -447,6 +471,27 @@ enum Stopping {
     TimedOut,
 }
 
+/// A failure seen in the blame window: the rank, how it ended, and in which look at the
+/// ranks it was seen (earlier looks first).
+type Seen = (usize, Outcome, u64);
+
+/// Whether a failure looks like a cause rather than a consequence of another rank's loss:
+/// killed by a signal that a rank that lost a peer does not bring on itself (`SIGABRT` from
+/// `abort()`, `SIGPIPE` from writing to the lost peer).
+fn killed_from_outside(outcome: Outcome) -> bool {
+    matches!(outcome, Outcome::Signaled(sig)
+        if sig != Signal::SIGABRT as i32 && sig != Signal::SIGPIPE as i32)
+}
+
+/// The root cause among the failures of the blame window (see the module docs).
+fn root_cause(failed: &[Seen]) -> Option<(usize, Outcome)> {
+    failed
+        .iter()
+        .copied()
+        .min_by_key(|&(rank, outcome, look)| (!killed_from_outside(outcome), look, rank))
+        .map(|(rank, outcome, _)| (rank, outcome))
+}
+
 /// Waits until every rank has exited, forwarding signals, stopping the job when a rank fails
 /// or the timeout expires; returns the launcher's exit status.
 fn supervise(ranks: &mut [Rank], signals: &mpsc::Receiver<Signal>, args: &LaunchArgs) -> u8 {
@@ -454,8 +499,17 @@ fn supervise(ranks: &mut [Rank], signals: &mpsc::Receiver<Signal>, args: &Launch
     let grace = Duration::from_millis(args.grace_ms);
     // (why, SIGKILL deadline, SIGKILL sent)
     let mut stopping: Option<(Stopping, Instant, bool)> = None;
+    // Once a rank failed: until when failures are collected, and the failures so far.
+    let mut blame: Option<(Instant, Vec<Seen>)> = None;
+    // A signal that woke the wait at the bottom of the loop, handled at the top.
+    let mut woken_by: Option<Signal> = None;
+    let mut look = 0u64;
     loop {
-        while let Ok(sig) = signals.try_recv() {
+        for sig in woken_by.take().into_iter().chain(signals.try_iter()) {
+            if sig == Signal::SIGCHLD {
+                // Only a wake-up: the look below finds who exited.
+                continue;
+            }
             match &mut stopping {
                 None => {
                     eprintln!(
@@ -475,30 +529,42 @@ fn supervise(ranks: &mut [Rank], signals: &mpsc::Receiver<Signal>, args: &Launch
             }
         }
 
+        look += 1;
         let mut running = 0;
-        let mut first_failure = None;
         for (r, rank) in ranks.iter_mut().enumerate() {
             let already = rank.outcome.is_some();
             match rank.poll() {
                 None => running += 1,
-                Some(outcome) if !already && !outcome.success() && first_failure.is_none() => {
-                    first_failure = Some((r, outcome));
+                Some(outcome) if !already && !outcome.success() && stopping.is_none() => {
+                    blame
+                        .get_or_insert_with(|| (Instant::now() + BLAME_WINDOW, Vec::new()))
+                        .1
+                        .push((r, outcome, look));
                 }
                 Some(_) => {}
             }
         }
-        if let (None, Some((rank, outcome))) = (&stopping, first_failure) {
-            if running > 0 {
-                eprintln!(
-                    "symcomm launch: rank {rank} exited with status {outcome}; stopping the other ranks"
-                );
-            } else {
-                eprintln!("symcomm launch: rank {rank} exited with status {outcome}");
+        if let Some((until, failed)) = &blame {
+            if running == 0 || Instant::now() >= *until {
+                if let Some((rank, outcome)) = root_cause(failed) {
+                    if running > 0 {
+                        eprintln!(
+                            "symcomm launch: rank {rank} exited with status {outcome}; stopping the other ranks"
+                        );
+                    } else {
+                        eprintln!("symcomm launch: rank {rank} exited with status {outcome}");
+                    }
+                    signal_all(ranks, Signal::SIGTERM);
+                    stopping = Some((Stopping::Failed(outcome), Instant::now() + grace, false));
+                }
+                blame = None;
             }
-            signal_all(ranks, Signal::SIGTERM);
-            stopping = Some((Stopping::Failed(outcome), Instant::now() + grace, false));
         }
-        if stopping.is_none() && running > 0 && args.timeout.is_some_and(|t| start.elapsed() >= t) {
+        if stopping.is_none()
+            && blame.is_none()
+            && running > 0
+            && args.timeout.is_some_and(|t| start.elapsed() >= t)
+        {
             eprintln!(
                 "symcomm launch: the job ran longer than --timeout {:?}; stopping every rank",
                 args.timeout.unwrap_or_default()
@@ -534,7 +600,17 @@ fn supervise(ranks: &mut [Rank], signals: &mpsc::Receiver<Signal>, args: &Launch
                 *killed = true;
             }
         }
-        thread::sleep(POLL);
+        // Until a rank exits (SIGCHLD), a signal to forward arrives, or the next check.
+        let wait = match &blame {
+            Some((until, _)) => until.saturating_duration_since(Instant::now()).min(POLL),
+            None => POLL,
+        };
+        match signals.recv_timeout(wait) {
+            Ok(sig) => woken_by = Some(sig),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            // The signal thread is gone (it never ends by itself): poll at the plain rate.
+            Err(mpsc::RecvTimeoutError::Disconnected) => thread::sleep(wait),
+        }
     }
 }
 
@@ -597,6 +673,35 @@ mod tests {
         assert!(!Outcome::Signaled(15).success());
         assert_eq!(Outcome::Signaled(9).to_string(), "137 (killed by SIGKILL)");
         assert_eq!(Outcome::Exited(3).to_string(), "3");
+    }
+
+    #[test]
+    fn the_root_cause_is_a_kill_then_the_first_seen_then_the_lowest_rank() {
+        use Outcome::{Exited, Signaled};
+        assert_eq!(root_cause(&[]), None);
+        // kill -9 of rank 1, seen after the ranks that lost it.
+        assert_eq!(
+            root_cause(&[(0, Exited(3), 1), (1, Signaled(9), 2), (2, Exited(3), 2)]),
+            Some((1, Signaled(9)))
+        );
+        // A crash beats ranks that aborted or got SIGPIPE because of it.
+        assert_eq!(
+            root_cause(&[
+                (0, Signaled(6), 1),
+                (1, Signaled(13), 1),
+                (3, Signaled(11), 2)
+            ]),
+            Some((3, Signaled(11)))
+        );
+        // Otherwise the first seen, then the lowest rank.
+        assert_eq!(
+            root_cause(&[(1, Signaled(6), 2), (4, Exited(7), 1)]),
+            Some((4, Exited(7)))
+        );
+        assert_eq!(
+            root_cause(&[(4, Exited(7), 1), (1, Exited(3), 1)]),
+            Some((1, Exited(3)))
+        );
     }
 
     fn parse(args: &[&str]) -> Result<LaunchArgs, clap::Error> {

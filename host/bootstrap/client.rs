@@ -32,70 +32,86 @@ pub(super) fn run(config: &BootstrapConfig, host_id: String, start: Instant) -> 
         rank: config.rank,
         missing,
         timeout_ms: millis(config.timeout),
+        auth_failed: Vec::new(),
     };
     let bind_ip = match &config.ifname {
         Some(spec) => Some(net::ifname_addr(spec, &net::interfaces()?)?),
         None => None,
     };
 
-    let (stream, client_nonce, root_nonce) = open(config, root, bind_ip, deadline)?;
-
-    let local = stream.local_addr().map_err(|source| Error::Io {
-        what: "reading the local address of the bootstrap connection".into(),
-        source,
-    })?;
-    let claims = Claims {
-        rank: config.rank,
-        nranks: config.nranks,
-        pid: std::process::id(),
-        addr: local.ip(),
-        host_id,
-    };
-    let body = claims.encode_body();
-    let mac = auth::mac(
-        config.id.secret(),
-        Label::Client,
-        &client_nonce,
-        &root_nonce,
-        &body,
-    );
-    let auth = Auth {
-        claims: claims.clone(),
-        mac,
-    };
-    match write_frame(&stream, &auth.encode(), deadline) {
-        Ok(()) => {}
-        Err(FrameError::Timeout) => return Err(timed_out(Vec::new())),
-        Err(e) => return Err(lost(root, "sending this rank's proof", &e)),
-    }
-
-    match read_frame(
-        &stream,
-        deadline,
-        &[FrameType::Welcome, FrameType::Abort],
-        config.nranks,
-    ) {
-        Ok((FrameType::Welcome, p)) => {
-            let tag = wire::decode_welcome(&p).map_err(|e| protocol(root, &e))?;
-            if !auth::verify(
-                config.id.secret(),
-                Label::Root,
-                &client_nonce,
-                &root_nonce,
-                &body,
-                &tag,
-            ) {
-                return Err(Error::AuthFailed(format!(
-                    "rank {}: the root at {root} accepted this rank but could not prove it knows \
-                     the secret (an impostor at that address?)",
-                    config.rank
-                )));
+    // Until the root decides on this rank's proof. A root that closes the connection before
+    // that, without a verdict, dropped it to make room under a flood (or cut it at its
+    // deadline): start over on a new connection.
+    let mut backoff = Duration::from_millis(5);
+    let (stream, claims, client_nonce, root_nonce) = loop {
+        let (stream, client_nonce, root_nonce) = open(config, root, bind_ip, deadline)?;
+        let local = stream.local_addr().map_err(|source| Error::Io {
+            what: "reading the local address of the bootstrap connection".into(),
+            source,
+        })?;
+        let claims = Claims {
+            rank: config.rank,
+            nranks: config.nranks,
+            pid: std::process::id(),
+            addr: local.ip(),
+            host_id: host_id.clone(),
+        };
+        let body = claims.encode_body();
+        let mac = auth::mac(
+            config.id.secret(),
+            Label::Client,
+            &client_nonce,
+            &root_nonce,
+            &body,
+        );
+        let auth = Auth {
+            claims: claims.clone(),
+            mac,
+        };
+        let answer = write_frame(&stream, &auth.encode(), deadline).and_then(|()| {
+            read_frame(
+                &stream,
+                deadline,
+                &[FrameType::Welcome, FrameType::Abort],
+                config.nranks,
+            )
+        });
+        let retry = match answer {
+            Ok((FrameType::Welcome, p)) => {
+                let tag = wire::decode_welcome(&p).map_err(|e| protocol(root, &e))?;
+                if !auth::verify(
+                    config.id.secret(),
+                    Label::Root,
+                    &client_nonce,
+                    &root_nonce,
+                    &body,
+                    &tag,
+                ) {
+                    return Err(Error::AuthFailed(format!(
+                        "rank {}: the root at {root} accepted this rank but could not prove it \
+                         knows the secret (an impostor at that address?)",
+                        config.rank
+                    )));
+                }
+                break (stream, claims, client_nonce, root_nonce);
             }
-        }
-        Ok((_, p)) => return Err(abort_error(config, root, &p)),
-        Err(FrameError::Timeout) => return Err(timed_out(Vec::new())),
-        Err(e) => return Err(lost(root, "waiting for the root's proof", &e)),
-    }
+            Ok((_, p)) => return Err(abort_error(config, root, &p)),
+            Err(FrameError::Timeout) => return Err(timed_out(Vec::new())),
+            Err(e) if closed_unread(&e) => e,
+            Err(e) => return Err(lost(root, "waiting for the root's proof", &e)),
+        };
+        tracing::debug!(
+            target: "symcomm::bootstrap",
+            "rank {}: the root at {root} closed the connection before deciding on this rank's \
+             proof ({retry}); retrying",
+            config.rank
+        );
+        let Some(left) = wire::remaining(deadline) else {
+            return Err(timed_out(Vec::new()));
+        };
+        std::thread::sleep(backoff.min(left));
+        backoff = (backoff * 2).min(Duration::from_millis(200));
+    };
 
     let verdict = deadline + verdict_grace(config.timeout);
     let table = match read_frame(
@@ -157,6 +173,7 @@ fn open(
             rank: config.rank,
             missing: vec![0],
             timeout_ms: millis(config.timeout),
+            auth_failed: Vec::new(),
         }
     };
     let mut backoff = Duration::from_millis(5);
@@ -279,6 +296,7 @@ fn abort_error(config: &BootstrapConfig, root: SocketAddr, payload: &[u8]) -> Er
             rank: config.rank,
             missing: abort.missing,
             timeout_ms: millis(config.timeout),
+            auth_failed: Vec::new(),
         },
         AbortCode::DuplicateRank => kind(BootstrapErrorKind::DuplicateRank),
         AbortCode::RankOutOfRange => kind(BootstrapErrorKind::RankOutOfRange),
@@ -417,6 +435,49 @@ mod tests {
             ),
             "{err}"
         );
+        h.join().unwrap();
+    }
+
+    #[test]
+    fn a_connection_dropped_after_the_challenge_is_retried() {
+        // A root that drops the first connection after reading its proof (as a flooded root
+        // making room does), then completes the handshake on the second.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let id = UniqueId::from_parts(l.local_addr().unwrap(), [7; 16]).unwrap();
+        let h = std::thread::spawn(move || {
+            let secret = crate::bootstrap::id::Secret::from_bytes([7; 16]);
+            for attempt in 0..2 {
+                let (s, _) = l.accept().unwrap();
+                let deadline = Instant::now() + Duration::from_secs(5);
+                let (_, p) = read_frame(&s, deadline, &[FrameType::Hello], 2).unwrap();
+                let hello = Hello::decode(&p, PROTOCOL_VERSION).unwrap();
+                let rn = [attempt + 1; 32];
+                let c = Challenge {
+                    version: PROTOCOL_VERSION,
+                    nonce: rn,
+                };
+                write_frame(&s, &c.encode(), deadline).unwrap();
+                let (_, p) = read_frame(&s, deadline, &[FrameType::Auth], 2).unwrap();
+                if attempt == 0 {
+                    continue;
+                }
+                let (auth, body) = Auth::decode(&p).unwrap();
+                let proof = auth::mac(&secret, Label::Root, &hello.nonce, &rn, body);
+                write_frame(&s, &wire::encode_welcome(&proof), deadline).unwrap();
+                let me = |rank, c: &Claims| RankInfo {
+                    rank,
+                    host_id: c.host_id.clone(),
+                    addr: c.addr,
+                    pid: c.pid,
+                };
+                let table = wire::encode_table_body(&[me(0, &auth.claims), me(1, &auth.claims)]);
+                let tag = auth::mac(&secret, Label::Table, &hello.nonce, &rn, &table);
+                write_frame(&s, &wire::encode_table(&table, &tag), deadline).unwrap();
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        let b = join(&id).unwrap();
+        assert_eq!(b.table().len(), 2);
         h.join().unwrap();
     }
 

@@ -11,7 +11,8 @@ use crate::{Error, Result};
 /// Default init timeout (`SYMCOMM_INIT_TIMEOUT`).
 pub const DEFAULT_INIT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest handshake an unauthenticated connection may take by default (capped by the init
-/// timeout), so that a silent or trickling client cannot hold a handshake slot for long.
+/// timeout). Its hello is due sooner, within 1 s; see the admission guarantee in the
+/// [`bootstrap`](super) module docs.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest accepted `SYMCOMM_INIT_TIMEOUT`.
 const MAX_INIT_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
@@ -58,8 +59,14 @@ pub struct BootstrapConfig {
     pub nranks: u32,
     /// Deadline of the whole init, from the call (`SYMCOMM_INIT_TIMEOUT`).
     pub timeout: Duration,
-    /// Root only: deadline of each connection's handshake (default: the smaller of
-    /// [`DEFAULT_HANDSHAKE_TIMEOUT`] and `timeout`).
+    /// Root only: deadline of each connection's handshake, from its accept to its proof
+    /// (default: the smaller of [`DEFAULT_HANDSHAKE_TIMEOUT`] and `timeout`). Its hello is due
+    /// within 1 s (or this, when shorter). Neither deadline is what keeps legitimate ranks in
+    /// under a flood: the root holds up to
+    /// [`MAX_PENDING_HANDSHAKES`](super::MAX_PENDING_HANDSHAKES) connections and, when full,
+    /// drops the ones that have owed their hello the longest first, so silent or slow
+    /// connections never keep out a rank that sends its hello promptly (the admission guarantee
+    /// in the [`bootstrap`](super) module docs).
     pub handshake_timeout: Option<Duration>,
     /// This rank's host identity (`SYMCOMM_HOST_ID`); `None` = [`host_identity`](super::host_identity).
     /// Ranks with equal host identities form a local team.

@@ -30,14 +30,44 @@
 //! The secret never travels, the nonces make every proof single-use, and the labels keep the
 //! three MACs apart. Nothing is encrypted: the rank table is public information.
 //!
-//! Robustness: the root handshakes each connection on its own thread with its own deadline
-//! (`handshake_timeout`), at most [`MAX_PENDING_HANDSHAKES`] at a time, so port scans, HTTP
-//! probes, garbage, huge length prefixes and slow writers are dropped and counted
-//! ([`StrayStats`]) without delaying legitimate ranks. Every connect, read and write has a
-//! deadline. The root's clock decides the rendezvous: at its deadline it tells every waiting
-//! rank which ranks are missing. A non-root rank that hears nothing waits at most half its
-//! timeout (5 s at most) longer for that verdict before reporting a timeout on its own, so its
-//! call is bounded by 1.5 × the timeout.
+//! # Robustness and the admission guarantee
+//!
+//! Every connect, read and write has a deadline. The root's clock decides the rendezvous: at its
+//! deadline it tells every waiting rank which ranks are missing (and, in its own error, which
+//! ranks connections that failed authentication claimed to be). A non-root rank that hears
+//! nothing waits at most half its timeout (5 s at most) longer for that verdict before reporting
+//! a timeout on its own, so its call is bounded by 1.5 × the timeout.
+//!
+//! Anyone who can reach the root's port can connect to it, so the root treats every connection
+//! as a stray until it has proved it knows the secret. It handshakes them all on one thread with
+//! non-blocking sockets: an unauthenticated connection holds no thread or slot, only its socket
+//! and the frame it is sending, and garbage, HTTP probes, port scans, huge length prefixes, wrong
+//! secrets and other versions are dropped as soon as their bytes arrive and counted
+//! ([`StrayStats`], with the first few drops logged one by one and the rest as one warning a
+//! second). A connection has to deliver its hello within **1 s** of being accepted (a real rank
+//! sends it at once) and its proof within the handshake timeout
+//! ([`BootstrapConfig::handshake_timeout`], default [`DEFAULT_HANDSHAKE_TIMEOUT`]). The root
+//! never turns a new connection away: it holds up to [`MAX_PENDING_HANDSHAKES`] unauthenticated
+//! connections (at most a quarter of the process's file-descriptor limit), and when one more
+//! arrives it makes room ([`StrayStats::overflow`]) in whichever half is over its share: while at
+//! least half of the connections held still owe their hello, it drops the one that has owed its
+//! hello the longest; otherwise the one that has owed its proof the longest.
+//!
+//! **Guarantee:** with the root full — holding `C` connections, `C` = [`MAX_PENDING_HANDSHAKES`]
+//! (1024), or a quarter of the file-descriptor limit when that is smaller (256 under the common
+//! soft limit of 1024) — a connection is dropped to make room only after at least `C / 2 - 1`
+//! newer connections arrived while it owed its hello, or after `C / 2` other connections sent a
+//! valid hello after it while it owes its proof. So connections that never send a valid hello —
+//! silent, slow, garbage; any number of them, reopened as fast as the root drops them — never
+//! push out a rank that has sent its hello (while fewer than `C / 2` ranks are between hello and
+//! proof at once), and a rank's hello, sent microseconds after it connects, has the time that
+//! `C / 2 - 1` new connections take to arrive; to push out a rank, an attacker must complete
+//! `C / 2` valid hellos within one proof round trip of that rank. A rank dropped anyway (or that
+//! finds the listener's queue full) reconnects until its init timeout. The guarantee is about
+//! admission: it does not protect against an attacker who knows the secret, nor against a flood
+//! that saturates the CPU or the network. There is no per-source-address limit: the ranks of a
+//! job often all connect from one address (`127.0.0.1` under `symcomm launch`), and the eviction
+//! order above protects them without one.
 
 mod auth;
 mod client;
@@ -67,9 +97,12 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// Largest number of ranks a rendezvous accepts (bounds the rank-table frame).
 pub const MAX_RANKS: u32 = 65536;
 
-/// Most connections the root handshakes at once; more are closed at once and counted as
-/// [`StrayStats::overflow`] (a legitimate rank whose connection is closed that way retries).
-pub const MAX_PENDING_HANDSHAKES: usize = 128;
+/// Most unauthenticated connections the root holds at once (fewer when a quarter of the
+/// process's file-descriptor limit is smaller). A connection arriving when that many are held
+/// makes room: the root drops the one that has owed its hello the longest while at least half
+/// owe their hello, else the one that has owed its proof the longest, and counts it as
+/// [`StrayStats::overflow`]; see the admission guarantee in the [module docs](self).
+pub const MAX_PENDING_HANDSHAKES: usize = 1024;
 
 /// One rank as the rendezvous saw it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -143,8 +176,8 @@ pub struct StrayStats {
     /// Not a symcomm frame: unknown type, bad magic, oversized length, truncated or undecodable
     /// payload (HTTP requests, random bytes, 4 GiB length prefixes).
     pub malformed: u32,
-    /// Did not finish the handshake by its deadline or by the end of the rendezvous (slow
-    /// writers, silent connections).
+    /// Did not send its hello within 1 s, or its proof within the handshake timeout, or was
+    /// still handshaking when the rendezvous ended (slow writers, silent connections).
     pub timed_out: u32,
     /// Spoke the protocol but failed authentication (wrong secret).
     pub auth_failed: u32,
@@ -152,7 +185,9 @@ pub struct StrayStats {
     pub version_mismatch: u32,
     /// Authenticated but claimed a rank outside `0..nranks`.
     pub bad_rank: u32,
-    /// Closed unread because [`MAX_PENDING_HANDSHAKES`] handshakes were already running.
+    /// Dropped to make room for a newer connection while [`MAX_PENDING_HANDSHAKES`]
+    /// unauthenticated connections were held, or when the root ran out of file descriptors
+    /// (see the admission guarantee in the [module docs](self)).
     pub overflow: u32,
 }
 
@@ -306,7 +341,8 @@ impl Bootstrap {
 /// - [`Error::InvalidArgument`]: rank out of range, `nranks` 0, a bad environment value — nothing
 ///   was sent.
 /// - [`Error::AuthFailed`]: this rank's secret differs from the root's (or the root's from ours).
-/// - [`Error::InitTimeout`]: not every rank joined in time; names the missing ranks.
+/// - [`Error::InitTimeout`]: not every rank joined in time; names the missing ranks (and, on the
+///   root, the ranks claimed by connections that failed authentication).
 /// - [`Error::VersionMismatch`], [`Error::Bootstrap`] (duplicate rank, nranks disagreement,
 ///   protocol error, lost connection), [`Error::Io`] (bind / connect failures).
 pub fn init(id: &UniqueId, rank: u32, nranks: u32, timeout: Option<Duration>) -> Result<Bootstrap> {

@@ -1,32 +1,28 @@
-//! Rank 0: listen, handshake each connection on its own thread, admit authenticated ranks, and
-//! hand out the rank table — or stop everyone with a clear verdict.
+//! Rank 0: listen, handshake every connection without blocking, admit authenticated ranks,
+//! and hand out the rank table — or stop everyone with a clear verdict.
 //!
-//! One coordinator (the caller's thread) owns all state: it polls the listener, a wake-up
-//! socket and the admitted ranks' connections. Handshake threads only read, check and prove;
-//! they pass authenticated connections to the coordinator over a channel, which decides (rank
-//! checks, duplicates) and answers. So a slow or hostile connection can only ever hold its own
-//! thread, for at most its handshake deadline.
+//! One coordinator (the caller's thread) does all of it with non-blocking sockets and one
+//! `poll`: it accepts, reads each connection's frames as their bytes arrive, answers, checks
+//! proofs, and watches the admitted ranks. An unauthenticated connection has no thread, slot
+//! or buffer beyond its socket and the frame it is sending, and holds even that only until its
+//! deadline or until a newer connection needs the room — the admission rule in the module docs
+//! of `bootstrap`, which is what lets legitimate ranks in under a flood.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
-use std::os::unix::net::UnixStream;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
 use super::auth::{self, Label, Nonce};
-use super::id::{self, Reserved, Secret};
+use super::id::{self, Reserved};
 use super::net;
 use super::wire::{
-    self, Abort, AbortCode, Auth, Challenge, Claims, FrameError, FrameType, Hello, read_frame,
-    remaining, write_frame,
+    self, Abort, AbortCode, Auth, Challenge, Claims, FrameError, FrameType, HEADER_LEN, Hello,
+    decode_header, remaining, write_frame,
 };
 use super::{
     Bootstrap, BootstrapConfig, DEFAULT_HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES,
@@ -36,6 +32,57 @@ use crate::{BootstrapErrorKind, Error, Result};
 
 /// How long the root gives a small write (a verdict, a table) to an admitted rank.
 const WRITE_GRACE: Duration = Duration::from_secs(2);
+/// How long a new connection has to deliver its whole hello (capped by the handshake timeout).
+/// A rank sends it as soon as it is connected, so only strays ever need more.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(1);
+/// Most connections accepted per turn of the loop before the connections already held are
+/// served again (the accept queue of a flooded port never empties).
+const ACCEPT_BATCH: usize = 256;
+/// The first this many dropped connections are logged one by one (warnings)…
+const LOG_BURST: u32 = 8;
+/// …the rest as one warning per this interval with the count (each also at debug level).
+const LOG_EVERY: Duration = Duration::from_secs(1);
+/// Most distinct ranks remembered as claimed by connections that failed authentication.
+const MAX_AUTH_CLAIMS: usize = 64;
+/// Fewest unauthenticated connections the root holds, whatever the descriptor limit.
+const MIN_CAPACITY: usize = 16;
+
+#[cfg(test)]
+thread_local! {
+    /// Tests: the capacity and hello deadline of roots run on this thread.
+    static LIMITS_FOR_TESTS: std::cell::Cell<Option<(usize, Duration)>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// How many unauthenticated connections the root holds at once: [`MAX_PENDING_HANDSHAKES`],
+/// but at most a quarter of the process's file-descriptor limit, so that a flood cannot use up
+/// the descriptors the rest of the process needs.
+fn capacity() -> usize {
+    #[cfg(test)]
+    if let Some((c, _)) = LIMITS_FOR_TESTS.with(std::cell::Cell::get) {
+        return c;
+    }
+    let limit = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find(|l| l.starts_with("Max open files"))
+                .and_then(|l| l.split_whitespace().nth(3))
+                .and_then(|soft| soft.parse::<usize>().ok())
+        })
+        // "unlimited", or no /proc: assume the common default.
+        .unwrap_or(1024);
+    (limit / 4).clamp(MIN_CAPACITY, MAX_PENDING_HANDSHAKES)
+}
+
+/// [`HELLO_TIMEOUT`] (tests may set another).
+fn hello_timeout() -> Duration {
+    #[cfg(test)]
+    if let Some((_, t)) = LIMITS_FOR_TESTS.with(std::cell::Cell::get) {
+        return t;
+    }
+    HELLO_TIMEOUT
+}
 
 fn io_err(what: &str) -> impl FnOnce(io::Error) -> Error + '_ {
     move |source| Error::Io {
@@ -98,9 +145,8 @@ struct Member {
     root_nonce: Nonce,
 }
 
-/// What a handshake thread hands the coordinator.
+/// An authenticated connection, for the coordinator to decide on.
 struct Joined {
-    conn: u64,
     stream: TcpStream,
     peer: SocketAddr,
     claims: Claims,
@@ -110,24 +156,185 @@ struct Joined {
     root_nonce: Nonce,
 }
 
-/// How a handshake thread ended.
+/// Why an unauthenticated connection was dropped (one [`StrayStats`] counter each).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
-    Joined,
     ClosedEarly,
     Malformed,
     TimedOut,
     AuthFailed,
     VersionMismatch,
+    /// Dropped to make room for a newer connection.
+    Evicted,
 }
 
-struct Pending {
-    handle: JoinHandle<Outcome>,
-    /// Shut down when the rendezvous ends, to cut the handshake short.
+/// Where a connection is in its handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Owes its hello (it may have sent part of it).
+    Hello,
+    /// Was challenged; owes its proof.
+    Auth {
+        client_nonce: Nonce,
+        root_nonce: Nonce,
+    },
+}
+
+/// Eviction class of connections that owe their hello ([`Stage::Hello`])…
+const OWES_HELLO: u8 = 0;
+/// …and of those that owe their proof ([`Stage::Auth`]).
+const OWES_PROOF: u8 = 1;
+
+impl Stage {
+    /// The eviction class ([`Root::evict`]).
+    fn class(self) -> u8 {
+        match self {
+            Stage::Hello => OWES_HELLO,
+            Stage::Auth { .. } => OWES_PROOF,
+        }
+    }
+}
+
+/// An accepted connection that has not authenticated yet; its socket is non-blocking.
+struct Incoming {
     stream: TcpStream,
-    /// Set before that shutdown, so the thread counts its end as cut short rather than as the
-    /// peer's doing.
-    cut: Arc<AtomicBool>,
+    peer: SocketAddr,
+    accepted: Instant,
+    stage: Stage,
+    deadline: Instant,
+    /// The bytes of the frame being received.
+    frame: Vec<u8>,
+    /// That frame's whole length, once its header is in and checked.
+    frame_len: Option<usize>,
+}
+
+impl Incoming {
+    /// Reads what has arrived of the current frame, never past its end: `Ok(Some(payload))`
+    /// once it is complete, `Ok(None)` while more is to come. Header checks (type, length) as
+    /// in [`wire::read_frame`].
+    fn read_frame(
+        &mut self,
+        allowed: &[FrameType],
+        nranks: u32,
+    ) -> std::result::Result<Option<Vec<u8>>, FrameError> {
+        const CHUNK: usize = 256;
+        let mut chunk = [0u8; CHUNK];
+        loop {
+            let want = match self.frame_len {
+                None if self.frame.len() == HEADER_LEN => {
+                    let mut header = [0u8; HEADER_LEN];
+                    header.copy_from_slice(&self.frame);
+                    let (_, len) = decode_header(header, allowed, nranks)?;
+                    self.frame_len = Some(HEADER_LEN + len as usize);
+                    continue;
+                }
+                None => HEADER_LEN - self.frame.len(),
+                Some(total) if self.frame.len() == total => {
+                    let payload = self.frame.split_off(HEADER_LEN);
+                    self.frame.clear();
+                    self.frame_len = None;
+                    return Ok(Some(payload));
+                }
+                Some(total) => total - self.frame.len(),
+            };
+            match (&self.stream).read(&mut chunk[..want.min(CHUNK)]) {
+                Ok(0) if self.frame.is_empty() => return Err(FrameError::Eof),
+                Ok(0) => return Err(FrameError::Truncated),
+                Ok(n) => self.frame.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(FrameError::Io(e)),
+            }
+        }
+    }
+
+    /// Sends a small frame without waiting: a fresh connection's send buffer always has room
+    /// for one, so a frame that does not fit at once means the peer is not reading.
+    fn send_now(&self, frame: &[u8]) -> std::result::Result<(), FrameError> {
+        loop {
+            return match (&self.stream).write(frame) {
+                Ok(n) if n == frame.len() => Ok(()),
+                Ok(_) => Err(FrameError::Timeout),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Err(FrameError::Timeout),
+                Err(e) => Err(FrameError::Io(e)),
+            };
+        }
+    }
+}
+
+/// Classifies a failed read or write of an unauthenticated connection.
+fn classify(e: &FrameError) -> Outcome {
+    match e {
+        FrameError::Eof => Outcome::ClosedEarly,
+        FrameError::Timeout => Outcome::TimedOut,
+        FrameError::Io(io) => match io.kind() {
+            io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe => Outcome::ClosedEarly,
+            _ => Outcome::Malformed,
+        },
+        FrameError::Truncated
+        | FrameError::UnknownType(_)
+        | FrameError::Unexpected(_)
+        | FrameError::TooLong { .. }
+        | FrameError::Malformed(_) => Outcome::Malformed,
+    }
+}
+
+/// Logs dropped connections without letting a flood flood the log: the first [`LOG_BURST`]
+/// one by one, then a count every [`LOG_EVERY`].
+struct DropLog {
+    logged: u32,
+    unlogged: u32,
+    since: Instant,
+}
+
+impl DropLog {
+    fn new() -> Self {
+        DropLog {
+            logged: 0,
+            unlogged: 0,
+            since: Instant::now(),
+        }
+    }
+
+    fn dropped(&mut self, root: SocketAddr, peer: SocketAddr, why: &str) {
+        if self.logged < LOG_BURST {
+            self.logged += 1;
+            let more = if self.logged == LOG_BURST {
+                "; further drops are counted and logged once a second"
+            } else {
+                ""
+            };
+            tracing::warn!(
+                target: "symcomm::bootstrap",
+                "root {root}: dropped connection from {peer}: {why}{more}"
+            );
+            self.since = Instant::now();
+        } else {
+            self.unlogged += 1;
+            tracing::debug!(
+                target: "symcomm::bootstrap",
+                "root {root}: dropped connection from {peer}: {why}"
+            );
+        }
+    }
+
+    /// Logs the count of drops not logged one by one, at most once per [`LOG_EVERY`].
+    fn tick(&mut self, root: SocketAddr, strays: &StrayStats) {
+        if self.unlogged > 0 && self.since.elapsed() >= LOG_EVERY {
+            tracing::warn!(
+                target: "symcomm::bootstrap",
+                "root {root}: dropped {} more stray connection(s) in the last {:.1} s (so far: \
+                 {strays:?})",
+                self.unlogged,
+                self.since.elapsed().as_secs_f64()
+            );
+            self.unlogged = 0;
+            self.since = Instant::now();
+        }
+    }
 }
 
 struct Root<'a> {
@@ -135,16 +342,23 @@ struct Root<'a> {
     listener: TcpListener,
     deadline: Instant,
     handshake_timeout: Duration,
-    wake_rx: UnixStream,
-    wake_tx: Arc<UnixStream>,
-    tx: Sender<Joined>,
-    rx: Receiver<Joined>,
-    pending: HashMap<u64, Pending>,
-    /// Handshake threads that passed their connection on; joined at the end.
-    handed_over: Vec<JoinHandle<Outcome>>,
+    hello_timeout: Duration,
+    /// Most connections in `incoming`.
+    capacity: usize,
+    incoming: HashMap<u64, Incoming>,
+    /// `incoming` in eviction order: (stage class, connection number), oldest first within
+    /// each class.
+    order: BTreeSet<(u8, u64)>,
+    /// How many of `incoming` still owe their hello (class 0).
+    owing_hello: usize,
     next_conn: u64,
     members: Vec<Option<Member>>,
     strays: StrayStats,
+    log: DropLog,
+    /// Ranks claimed by connections that failed authentication (for the timeout's error).
+    auth_claims: BTreeSet<u32>,
+    /// The verdict that ended a failed rendezvous.
+    verdict: Option<Abort>,
 }
 
 impl<'a> Root<'a> {
@@ -152,15 +366,6 @@ impl<'a> Root<'a> {
         listener
             .set_nonblocking(true)
             .map_err(io_err("setting the bootstrap listener non-blocking"))?;
-        let (wake_rx, wake_tx) =
-            UnixStream::pair().map_err(io_err("creating the bootstrap wake-up socket"))?;
-        wake_rx
-            .set_nonblocking(true)
-            .map_err(io_err("setting the wake-up socket non-blocking"))?;
-        wake_tx
-            .set_nonblocking(true)
-            .map_err(io_err("setting the wake-up socket non-blocking"))?;
-        let (tx, rx) = mpsc::channel();
         let handshake_timeout = config
             .handshake_timeout
             .unwrap_or(DEFAULT_HANDSHAKE_TIMEOUT.min(config.timeout));
@@ -169,15 +374,17 @@ impl<'a> Root<'a> {
             listener,
             deadline,
             handshake_timeout,
-            wake_rx,
-            wake_tx: Arc::new(wake_tx),
-            tx,
-            rx,
-            pending: HashMap::new(),
-            handed_over: Vec::new(),
+            hello_timeout: hello_timeout().min(handshake_timeout),
+            capacity: capacity(),
+            incoming: HashMap::new(),
+            order: BTreeSet::new(),
+            owing_hello: 0,
             next_conn: 0,
             members: (0..config.nranks).map(|_| None).collect(),
             strays: StrayStats::default(),
+            log: DropLog::new(),
+            auth_claims: BTreeSet::new(),
+            verdict: None,
         })
     }
 
@@ -188,28 +395,39 @@ impl<'a> Root<'a> {
     /// Runs until every rank joined, the deadline passed, or a fatal disagreement.
     fn rendezvous(&mut self) -> Result<()> {
         loop {
-            self.reap();
-            while let Ok(j) = self.rx.try_recv() {
-                self.admit(j)?;
-            }
             if self.joined() + 1 == self.config.nranks {
                 return Ok(());
             }
             let Some(left) = remaining(self.deadline) else {
                 return Err(self.time_out());
             };
-            let ms = left.as_millis().clamp(1, 250) as u16;
+            let now = Instant::now();
+            self.expire(now);
+            self.log.tick(self.config.id.addr(), &self.strays);
+            let next = self
+                .incoming
+                .values()
+                .map(|c| c.deadline.saturating_duration_since(now))
+                .min()
+                .unwrap_or(left)
+                .min(left);
+            let ms = next.as_millis().clamp(1, 250) as u16;
+
             let ranks: Vec<usize> = (0..self.members.len())
                 .filter(|&r| self.members[r].is_some())
                 .collect();
+            let conns: Vec<u64> = self.incoming.keys().copied().collect();
             let ready: Vec<bool> = {
-                let mut fds = vec![
-                    PollFd::new(self.listener.as_fd(), PollFlags::POLLIN),
-                    PollFd::new(self.wake_rx.as_fd(), PollFlags::POLLIN),
-                ];
+                let mut fds = Vec::with_capacity(1 + ranks.len() + conns.len());
+                fds.push(PollFd::new(self.listener.as_fd(), PollFlags::POLLIN));
                 for &r in &ranks {
                     if let Some(m) = &self.members[r] {
                         fds.push(PollFd::new(m.stream.as_fd(), PollFlags::POLLIN));
+                    }
+                }
+                for conn in &conns {
+                    if let Some(c) = self.incoming.get(conn) {
+                        fds.push(PollFd::new(c.stream.as_fd(), PollFlags::POLLIN));
                     }
                 }
                 match poll(&mut fds, PollTimeout::from(ms)) {
@@ -226,30 +444,42 @@ impl<'a> Root<'a> {
                     .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
                     .collect()
             };
-            if ready[0] {
-                self.accept_all();
-            }
-            if ready[1] {
-                let mut buf = [0u8; 64];
-                while matches!((&self.wake_rx).read(&mut buf), Ok(n) if n > 0) {}
+            // What has arrived first, so that nothing that already sent its hello is
+            // evicted by the connections accepted below.
+            for (i, &conn) in conns.iter().enumerate() {
+                if ready.get(1 + ranks.len() + i).copied().unwrap_or(false) {
+                    self.advance(conn)?;
+                }
             }
             for (i, &r) in ranks.iter().enumerate() {
-                if ready.get(2 + i).copied().unwrap_or(false) {
+                if ready.get(1 + i).copied().unwrap_or(false) {
                     self.check_member(r);
                 }
+            }
+            if ready[0] {
+                self.accept_some();
             }
         }
     }
 
-    /// Accepts every queued connection and starts its handshake.
-    fn accept_all(&mut self) {
-        loop {
+    /// Accepts up to [`ACCEPT_BATCH`] queued connections.
+    fn accept_some(&mut self) {
+        for _ in 0..ACCEPT_BATCH {
             match self.listener.accept() {
-                Ok((stream, peer)) => self.start_handshake(stream, peer),
+                Ok((stream, peer)) => self.hold(stream, peer),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if matches!(e.raw_os_error(), Some(code) if code == Errno::EMFILE as i32
+                        || code == Errno::ENFILE as i32)
+                        && !self.order.is_empty() =>
+                {
+                    // Out of descriptors: the connection that matters least makes room.
+                    self.evict(&format!("out of file descriptors ({e})"));
+                }
                 Err(e) => {
-                    // Out of file descriptors and the like: back off instead of spinning.
+                    // Out of file descriptors with nothing to let go, and the like: back off
+                    // instead of spinning.
                     tracing::warn!(
                         target: "symcomm::bootstrap",
                         "root {}: accept failed: {e}",
@@ -262,106 +492,267 @@ impl<'a> Root<'a> {
         }
     }
 
-    fn start_handshake(&mut self, stream: TcpStream, peer: SocketAddr) {
-        if self.pending.len() >= MAX_PENDING_HANDSHAKES {
-            self.strays.overflow += 1;
-            tracing::warn!(
-                target: "symcomm::bootstrap",
-                "root {}: dropped connection from {peer}: {MAX_PENDING_HANDSHAKES} handshakes \
-                 already running",
-                self.config.id.addr()
-            );
+    /// Takes a new connection in, making room first when the table is full.
+    fn hold(&mut self, stream: TcpStream, peer: SocketAddr) {
+        if let Err(e) = stream
+            .set_nonblocking(true)
+            .and_then(|()| stream.set_nodelay(true))
+        {
+            self.count(Outcome::Malformed);
+            self.log
+                .dropped(self.config.id.addr(), peer, &e.to_string());
             return;
         }
-        let clone = match stream
-            .set_nonblocking(false)
-            .and_then(|()| stream.set_nodelay(true))
-            .and_then(|()| stream.try_clone())
-        {
-            Ok(c) => c,
-            Err(e) => {
-                self.strays.overflow += 1;
-                tracing::warn!(
-                    target: "symcomm::bootstrap",
-                    "root {}: dropped connection from {peer}: {e}",
-                    self.config.id.addr()
-                );
-                return;
-            }
-        };
+        while self.incoming.len() >= self.capacity && !self.order.is_empty() {
+            let why = format!(
+                "{} unauthenticated connections held, and this one was the next to go (see the \
+                 admission guarantee)",
+                self.incoming.len()
+            );
+            self.evict(&why);
+        }
         let conn = self.next_conn;
         self.next_conn += 1;
-        let cut = Arc::new(AtomicBool::new(false));
-        let ctx = Handshake {
+        let now = Instant::now();
+        self.order.insert((OWES_HELLO, conn));
+        self.owing_hello += 1;
+        self.incoming.insert(
             conn,
-            peer,
-            root: self.config.id.addr(),
-            secret: self.config.id.secret().clone(),
-            nranks: self.config.nranks,
-            deadline: (Instant::now() + self.handshake_timeout).min(self.deadline),
-            cut: Arc::clone(&cut),
-            tx: self.tx.clone(),
-            wake: Arc::clone(&self.wake_tx),
+            Incoming {
+                stream,
+                peer,
+                accepted: now,
+                stage: Stage::Hello,
+                deadline: (now + self.hello_timeout).min(self.deadline),
+                frame: Vec::new(),
+                frame_len: None,
+            },
+        );
+    }
+
+    /// Drops one connection to make room, from the class over its half share: while at least
+    /// half of the connections held owe their hello, the one that has owed it the longest;
+    /// otherwise the one that has owed its proof the longest. (So with `capacity` held, a
+    /// connection owing its hello goes only after `capacity / 2 - 1` newer ones arrived, and one
+    /// owing its proof only after `capacity / 2` others sent a hello after it.)
+    fn evict(&mut self, why: &str) {
+        let class = if self.owing_hello * 2 >= self.incoming.len() {
+            OWES_HELLO
+        } else {
+            OWES_PROOF
         };
-        match std::thread::Builder::new()
-            .name("symcomm-bootstrap-handshake".into())
-            .spawn(move || ctx.run(stream))
-        {
-            Ok(handle) => {
-                self.pending.insert(
-                    conn,
-                    Pending {
-                        handle,
-                        stream: clone,
-                        cut,
-                    },
-                );
-            }
-            Err(e) => {
-                self.strays.overflow += 1;
-                tracing::warn!(
-                    target: "symcomm::bootstrap",
-                    "root {}: dropped connection from {peer}: cannot start a thread: {e}",
-                    self.config.id.addr()
-                );
-            }
+        let Some(&(_, conn)) = self
+            .order
+            .range((class, 0)..)
+            .next()
+            .or_else(|| self.order.first())
+        else {
+            return;
+        };
+        let age = self
+            .incoming
+            .get(&conn)
+            .map(|c| c.accepted.elapsed())
+            .unwrap_or_default();
+        self.drop_conn(
+            conn,
+            Outcome::Evicted,
+            &format!("{why}; it was accepted {age:.0?} ago"),
+        );
+    }
+
+    /// Drops connections past their deadline.
+    fn expire(&mut self, now: Instant) {
+        let late: Vec<u64> = self
+            .incoming
+            .iter()
+            .filter(|(_, c)| c.deadline <= now)
+            .map(|(&conn, _)| conn)
+            .collect();
+        for conn in late {
+            let why = match self.incoming.get(&conn).map(|c| c.stage) {
+                Some(Stage::Hello) => format!("no hello within {:?}", self.hello_timeout),
+                _ => format!("no proof within {:?}", self.handshake_timeout),
+            };
+            self.drop_conn(conn, Outcome::TimedOut, &why);
         }
     }
 
-    /// Joins finished handshake threads and counts their outcomes.
-    fn reap(&mut self) {
-        let done: Vec<u64> = self
-            .pending
-            .iter()
-            .filter(|(_, p)| p.handle.is_finished())
-            .map(|(&c, _)| c)
-            .collect();
-        for conn in done {
-            if let Some(p) = self.pending.remove(&conn) {
-                let outcome = p.handle.join().unwrap_or(Outcome::Malformed);
-                self.count(outcome);
-            }
+    /// Removes a connection (closing it), counts and logs why.
+    fn drop_conn(&mut self, conn: u64, outcome: Outcome, why: &str) {
+        if let Some(c) = self.incoming.remove(&conn) {
+            self.forget(conn, c.stage);
+            self.count(outcome);
+            self.log.dropped(self.config.id.addr(), c.peer, why);
+        }
+    }
+
+    /// Takes a connection that left `incoming` out of the eviction order.
+    fn forget(&mut self, conn: u64, stage: Stage) {
+        if self.order.remove(&(stage.class(), conn)) && stage == Stage::Hello {
+            self.owing_hello -= 1;
         }
     }
 
     fn count(&mut self, outcome: Outcome) {
         let s = &mut self.strays;
         match outcome {
-            Outcome::Joined => {}
             Outcome::ClosedEarly => s.closed_early += 1,
             Outcome::Malformed => s.malformed += 1,
             Outcome::TimedOut => s.timed_out += 1,
             Outcome::AuthFailed => s.auth_failed += 1,
             Outcome::VersionMismatch => s.version_mismatch += 1,
+            Outcome::Evicted => s.overflow += 1,
+        }
+    }
+
+    /// Reads what a readable connection sent and takes the next handshake step when a frame
+    /// is complete. Errors only for a verdict that stops the rendezvous (see [`Root::admit`]).
+    fn advance(&mut self, conn: u64) -> Result<()> {
+        let nranks = self.config.nranks;
+        let Some(c) = self.incoming.get_mut(&conn) else {
+            return Ok(());
+        };
+        let stage = c.stage;
+        let allowed = match stage {
+            Stage::Hello => [FrameType::Hello],
+            Stage::Auth { .. } => [FrameType::Auth],
+        };
+        let payload = match c.read_frame(&allowed, nranks) {
+            Ok(Some(p)) => p,
+            Ok(None) => return Ok(()),
+            Err(e) => {
+                self.drop_conn(conn, classify(&e), &e.to_string());
+                return Ok(());
+            }
+        };
+        match stage {
+            Stage::Hello => {
+                self.on_hello(conn, &payload);
+                Ok(())
+            }
+            Stage::Auth {
+                client_nonce,
+                root_nonce,
+            } => self.on_auth(conn, &payload, client_nonce, root_nonce),
+        }
+    }
+
+    /// A complete hello: refuse another version, else challenge.
+    fn on_hello(&mut self, conn: u64, payload: &[u8]) {
+        let hello = match Hello::decode(payload, PROTOCOL_VERSION) {
+            Ok(h) => h,
+            Err(e) => return self.drop_conn(conn, Outcome::Malformed, &e.to_string()),
+        };
+        if hello.version != PROTOCOL_VERSION {
+            let message = format!(
+                "this root speaks bootstrap protocol version {PROTOCOL_VERSION}, the client {}",
+                hello.version
+            );
+            self.refuse(conn, AbortCode::VersionMismatch, PROTOCOL_VERSION, &message);
+            return self.drop_conn(conn, Outcome::VersionMismatch, &message);
+        }
+        let root_nonce = match auth::nonce() {
+            Ok(n) => n,
+            Err(e) => return self.drop_conn(conn, Outcome::Malformed, &e.to_string()),
+        };
+        let challenge = Challenge {
+            version: PROTOCOL_VERSION,
+            nonce: root_nonce,
+        };
+        let Some(c) = self.incoming.get_mut(&conn) else {
+            return;
+        };
+        if let Err(e) = c.send_now(&challenge.encode()) {
+            let outcome = match e {
+                FrameError::Timeout => Outcome::Malformed,
+                _ => classify(&e),
+            };
+            return self.drop_conn(conn, outcome, &format!("sending the challenge: {e}"));
+        }
+        let stage = Stage::Auth {
+            client_nonce: hello.nonce,
+            root_nonce,
+        };
+        c.stage = stage;
+        c.deadline = (c.accepted + self.handshake_timeout).min(self.deadline);
+        self.forget(conn, Stage::Hello);
+        self.order.insert((stage.class(), conn));
+    }
+
+    /// A complete proof: admit the connection, or refuse a wrong one.
+    fn on_auth(
+        &mut self,
+        conn: u64,
+        payload: &[u8],
+        client_nonce: Nonce,
+        root_nonce: Nonce,
+    ) -> Result<()> {
+        let (auth, body) = match Auth::decode(payload) {
+            Ok(a) => a,
+            Err(e) => {
+                self.drop_conn(conn, Outcome::Malformed, &e.to_string());
+                return Ok(());
+            }
+        };
+        if !auth::verify(
+            self.config.id.secret(),
+            Label::Client,
+            &client_nonce,
+            &root_nonce,
+            body,
+            &auth.mac,
+        ) {
+            self.refuse(conn, AbortCode::AuthFailed, 0, "authentication failed");
+            if self.auth_claims.len() < MAX_AUTH_CLAIMS {
+                self.auth_claims.insert(auth.claims.rank);
+            }
+            self.drop_conn(
+                conn,
+                Outcome::AuthFailed,
+                &format!(
+                    "authentication failed (claimed rank {}): wrong secret",
+                    auth.claims.rank
+                ),
+            );
+            return Ok(());
+        }
+        let body = body.to_vec();
+        let Some(c) = self.incoming.remove(&conn) else {
+            return Ok(());
+        };
+        self.forget(conn, c.stage);
+        if let Err(e) = c.stream.set_nonblocking(false) {
+            self.count(Outcome::ClosedEarly);
+            self.log
+                .dropped(self.config.id.addr(), c.peer, &e.to_string());
+            return Ok(());
+        }
+        self.admit(Joined {
+            stream: c.stream,
+            peer: c.peer,
+            claims: auth.claims,
+            body,
+            client_nonce,
+            root_nonce,
+        })
+    }
+
+    /// Tells an unauthenticated connection why it is refused (best effort, without waiting).
+    fn refuse(&self, conn: u64, code: AbortCode, value: u32, message: &str) {
+        if let Some(c) = self.incoming.get(&conn) {
+            let abort = Abort {
+                code,
+                value,
+                missing: Vec::new(),
+                message: message.to_owned(),
+            };
+            let _ = c.send_now(&abort.encode());
         }
     }
 
     /// Decides on an authenticated connection.
     fn admit(&mut self, j: Joined) -> Result<()> {
-        if let Some(p) = self.pending.remove(&j.conn) {
-            // The thread's only remaining step is to return; its stream now lives in `j`.
-            self.handed_over.push(p.handle);
-        }
         let nranks = self.config.nranks;
         let c = &j.claims;
         if c.nranks != nranks {
@@ -525,6 +916,7 @@ impl<'a> Root<'a> {
             rank: 0,
             missing,
             timeout_ms: u64::try_from(self.config.timeout.as_millis()).unwrap_or(u64::MAX),
+            auth_failed: self.auth_claims.iter().copied().collect(),
         }
     }
 
@@ -550,8 +942,10 @@ impl<'a> Root<'a> {
         Error::Bootstrap { kind, detail }
     }
 
-    /// Sends `abort` to every admitted rank and closes their connections.
+    /// Sends `abort` to every admitted rank and closes their connections (and keeps it for the
+    /// connections still handshaking, [`Root::finish`]).
     fn broadcast(&mut self, abort: &Abort) {
+        self.verdict = Some(abort.clone());
         let frame = abort.encode();
         let until = Instant::now() + WRITE_GRACE;
         for m in self.members.iter_mut().filter_map(Option::take) {
@@ -609,25 +1003,38 @@ impl<'a> Root<'a> {
         Ok((table, peers))
     }
 
-    /// Cuts every unfinished handshake short, joins every thread, and returns the counts.
+    /// Closes every connection still handshaking and returns the counts: what each had sent
+    /// decides its counter (a close, garbage), else it was cut short by the end. Each is told
+    /// first (best effort) that the rendezvous is over — with the verdict of a failed one — so
+    /// that a late rank fails at once instead of reconnecting until its timeout.
     fn finish(mut self) -> StrayStats {
-        for p in self.pending.values() {
-            // A peer that already hung up ends its handshake by itself (its thread may just
-            // not have run yet); only the ones still open are cut short.
-            if !peer_hung_up(&p.stream) {
-                p.cut.store(true, Ordering::SeqCst);
-            }
-            let _ = p.stream.shutdown(std::net::Shutdown::Both);
-        }
-        for (_, p) in std::mem::take(&mut self.pending) {
-            let outcome = p.handle.join().unwrap_or(Outcome::Malformed);
+        let nranks = self.config.nranks;
+        let verdict = self.verdict.take().unwrap_or_else(|| Abort {
+            code: AbortCode::Stopped,
+            value: 0,
+            missing: Vec::new(),
+            message: format!(
+                "the rendezvous at {} is over: all {nranks} ranks joined without this connection",
+                self.config.id.addr()
+            ),
+        });
+        let verdict = verdict.encode();
+        for (_, mut c) in std::mem::take(&mut self.incoming) {
+            let allowed = match c.stage {
+                Stage::Hello => [FrameType::Hello],
+                Stage::Auth { .. } => [FrameType::Auth],
+            };
+            let outcome = match c.read_frame(&allowed, nranks) {
+                Err(e) => classify(&e),
+                Ok(_) => {
+                    let _ = c.send_now(&verdict);
+                    Outcome::TimedOut
+                }
+            };
             self.count(outcome);
         }
-        for h in std::mem::take(&mut self.handed_over) {
-            let _ = h.join();
-        }
-        // Connections authenticated after the end: drop them (their ranks see the close).
-        while self.rx.try_recv().is_ok() {}
+        self.order.clear();
+        self.owing_hello = 0;
         self.strays
     }
 }
@@ -654,157 +1061,173 @@ fn peek(stream: &TcpStream) -> Liveness {
     state
 }
 
-/// Whether the peer closed its side (FIN or reset), without consuming anything.
-fn peer_hung_up(stream: &TcpStream) -> bool {
-    // nix has no name for Linux's POLLRDHUP (peer shut down its writing side).
-    let rdhup = PollFlags::from_bits_retain(nix::libc::POLLRDHUP);
-    let mut fds = [PollFd::new(stream.as_fd(), PollFlags::POLLIN | rdhup)];
-    match poll(&mut fds, PollTimeout::ZERO) {
-        Ok(_) => fds[0]
-            .revents()
-            .is_some_and(|r| r.intersects(rdhup | PollFlags::POLLHUP | PollFlags::POLLERR)),
-        Err(_) => false,
-    }
-}
-
 fn alive(stream: &TcpStream) -> bool {
     !matches!(peek(stream), Liveness::Closed)
 }
 
-/// One connection's handshake, on its own thread.
-struct Handshake {
-    conn: u64,
-    peer: SocketAddr,
-    root: SocketAddr,
-    secret: Secret,
-    nranks: u32,
-    deadline: Instant,
-    /// Set when the rendezvous ended while this handshake was still open.
-    cut: Arc<AtomicBool>,
-    tx: Sender<Joined>,
-    wake: Arc<UnixStream>,
-}
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-impl Handshake {
-    fn run(self, stream: TcpStream) -> Outcome {
-        match self.steps(&stream) {
-            Ok((claims, body, client_nonce, root_nonce)) => {
-                let joined = Joined {
-                    conn: self.conn,
-                    stream,
-                    peer: self.peer,
-                    claims,
-                    body,
-                    client_nonce,
-                    root_nonce,
-                };
-                if self.tx.send(joined).is_ok() {
-                    // Non-blocking: a full wake-up buffer already means "look".
-                    let _ = (&*self.wake).write(&[1]);
-                }
-                Outcome::Joined
-            }
-            Err((outcome, why)) => {
-                if !self.cut.load(Ordering::SeqCst) {
-                    tracing::warn!(
-                        target: "symcomm::bootstrap",
-                        "root {}: dropped connection from {}: {why}",
-                        self.root,
-                        self.peer
-                    );
-                }
-                outcome
-            }
-        }
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::thread::JoinHandle;
+
+    use super::*;
+    use crate::bootstrap::{UniqueId, init_with};
+
+    const LONG: Duration = Duration::from_secs(30);
+
+    /// A root for `nranks` ranks holding at most `capacity` unauthenticated connections (hello
+    /// deadline 30 s, so that only making room drops a connection).
+    fn root(id: &UniqueId, nranks: u32, capacity: usize) -> JoinHandle<Result<Bootstrap>> {
+        let config = BootstrapConfig::new(id.clone(), 0, nranks)
+            .with_timeout(LONG)
+            .with_host_id("h");
+        std::thread::spawn(move || {
+            LIMITS_FOR_TESTS.with(|l| l.set(Some((capacity, LONG))));
+            init_with(&config)
+        })
     }
 
-    /// Classifies a read/write failure.
-    fn failed(&self, e: FrameError) -> (Outcome, String) {
-        if self.cut.load(Ordering::SeqCst) {
-            return (Outcome::TimedOut, "the rendezvous ended first".into());
-        }
-        let outcome = match &e {
-            FrameError::Eof => Outcome::ClosedEarly,
-            FrameError::Timeout => Outcome::TimedOut,
-            FrameError::Io(io) => match io.kind() {
-                io::ErrorKind::ConnectionReset
-                | io::ErrorKind::ConnectionAborted
-                | io::ErrorKind::BrokenPipe => Outcome::ClosedEarly,
-                _ => Outcome::Malformed,
-            },
-            FrameError::Truncated
-            | FrameError::UnknownType(_)
-            | FrameError::Unexpected(_)
-            | FrameError::TooLong { .. }
-            | FrameError::Malformed(_) => Outcome::Malformed,
-        };
-        (outcome, e.to_string())
+    fn soon() -> Instant {
+        Instant::now() + Duration::from_secs(5)
     }
 
-    fn refuse(&self, stream: &TcpStream, code: AbortCode, value: u32, message: String) {
-        let abort = Abort {
-            code,
-            value,
-            missing: Vec::new(),
-            message,
-        };
-        let _ = write_frame(stream, &abort.encode(), self.deadline);
-    }
-
-    #[allow(clippy::type_complexity)]
-    fn steps(
-        &self,
-        stream: &TcpStream,
-    ) -> std::result::Result<(Claims, Vec<u8>, Nonce, Nonce), (Outcome, String)> {
-        let (_, payload) = read_frame(stream, self.deadline, &[FrameType::Hello], self.nranks)
-            .map_err(|e| self.failed(e))?;
-        let hello = Hello::decode(&payload, PROTOCOL_VERSION)
-            .map_err(|e| (Outcome::Malformed, e.to_string()))?;
-        if hello.version != PROTOCOL_VERSION {
-            let message = format!(
-                "this root speaks bootstrap protocol version {PROTOCOL_VERSION}, the client {}",
-                hello.version
-            );
-            self.refuse(
-                stream,
-                AbortCode::VersionMismatch,
-                PROTOCOL_VERSION,
-                message.clone(),
-            );
-            return Err((Outcome::VersionMismatch, message));
-        }
-        let root_nonce = auth::nonce().map_err(|e| (Outcome::Malformed, e.to_string()))?;
-        let challenge = Challenge {
+    /// Sends a hello on `s`; returns both nonces once challenged.
+    fn say_hello(s: &TcpStream) -> (Nonce, Nonce) {
+        let cn = auth::nonce().unwrap();
+        let h = Hello {
             version: PROTOCOL_VERSION,
-            nonce: root_nonce,
+            nonce: cn,
         };
-        write_frame(stream, &challenge.encode(), self.deadline).map_err(|e| self.failed(e))?;
-        let (_, payload) = read_frame(stream, self.deadline, &[FrameType::Auth], self.nranks)
-            .map_err(|e| self.failed(e))?;
-        let (auth, body) =
-            Auth::decode(&payload).map_err(|e| (Outcome::Malformed, e.to_string()))?;
-        if !auth::verify(
-            &self.secret,
-            Label::Client,
-            &hello.nonce,
-            &root_nonce,
-            body,
-            &auth.mac,
-        ) {
-            self.refuse(
-                stream,
-                AbortCode::AuthFailed,
-                0,
-                "authentication failed".into(),
-            );
-            return Err((
-                Outcome::AuthFailed,
-                format!(
-                    "authentication failed (claimed rank {}): wrong secret",
-                    auth.claims.rank
-                ),
-            ));
+        write_frame(s, &h.encode(), soon()).unwrap();
+        let (_, p) = wire::read_frame(s, soon(), &[FrameType::Challenge], 2).unwrap();
+        (cn, Challenge::decode(&p, PROTOCOL_VERSION).unwrap().nonce)
+    }
+
+    /// Connects and sends a hello; returns the stream and both nonces once challenged.
+    fn hello(id: &UniqueId) -> (TcpStream, Nonce, Nonce) {
+        let s = TcpStream::connect(id.addr()).unwrap();
+        let (cn, rn) = say_hello(&s);
+        (s, cn, rn)
+    }
+
+    /// Sends rank 1's proof; returns the frame type of the root's answer.
+    fn prove(id: &UniqueId, s: &TcpStream, cn: &Nonce, rn: &Nonce) -> FrameType {
+        let claims = Claims {
+            rank: 1,
+            nranks: 2,
+            pid: std::process::id(),
+            addr: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            host_id: "h".into(),
+        };
+        let mac = auth::mac(id.secret(), Label::Client, cn, rn, &claims.encode_body());
+        write_frame(s, &Auth { claims, mac }.encode(), soon()).unwrap();
+        let allowed = [FrameType::Welcome, FrameType::Abort];
+        wire::read_frame(s, soon(), &allowed, 2).unwrap().0
+    }
+
+    /// Whether the root closed `s` (within `wait`).
+    fn closed(s: &TcpStream, wait: Duration) -> bool {
+        s.set_read_timeout(Some(wait)).unwrap();
+        let mut b = [0u8; 16];
+        match (&*s).read(&mut b) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => !matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ),
         }
-        Ok((auth.claims, body.to_vec(), hello.nonce, root_nonce))
+    }
+
+    #[test]
+    fn silent_connections_never_push_out_one_that_sent_its_hello() {
+        let id = UniqueId::new_on(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+        let cap = 8;
+        let root = root(&id, 2, cap);
+        let (rank, cn, rn) = hello(&id);
+        // Three times the capacity of silent connections: each one past the capacity pushes
+        // out the oldest silent one, never the rank.
+        let silent: Vec<TcpStream> = (0..3 * cap)
+            .map(|_| TcpStream::connect(id.addr()).unwrap())
+            .collect();
+        let pushed_out = 3 * cap - (cap - 1);
+        assert!(closed(&silent[pushed_out - 1], Duration::from_secs(5)));
+        for (i, s) in silent.iter().enumerate() {
+            let gone = closed(
+                s,
+                Duration::from_millis(if i < pushed_out { 2000 } else { 20 }),
+            );
+            assert_eq!(gone, i < pushed_out, "silent connection {i}");
+        }
+        assert_eq!(prove(&id, &rank, &cn, &rn), FrameType::Welcome);
+        let b = root.join().unwrap().unwrap();
+        let s = b.strays();
+        assert_eq!(s.overflow as usize, pushed_out, "{s:?}");
+        assert_eq!(s.timed_out as usize, cap - 1, "{s:?}");
+        assert_eq!(s.total() as usize, 3 * cap, "{s:?}");
+    }
+
+    #[test]
+    fn a_new_connection_outlasts_half_the_capacity_of_newer_ones() {
+        let id = UniqueId::new_on(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+        let cap = 8;
+        let root = root(&id, 2, cap);
+        // The root full of connections that sent a hello and stall before their proof.
+        let stalled: Vec<_> = (0..cap).map(|_| hello(&id)).collect();
+        // The rank connects (pushing out the oldest stalled one) but is slow to say hello:
+        // `cap / 2 - 1` newer silent connections arrive first, each pushing out a stalled one.
+        let rank = TcpStream::connect(id.addr()).unwrap();
+        let silent: Vec<TcpStream> = (0..cap / 2 - 1)
+            .map(|_| TcpStream::connect(id.addr()).unwrap())
+            .collect();
+        assert!(closed(&stalled[cap / 2 - 1].0, Duration::from_secs(5)));
+        for (i, (s, _, _)) in stalled.iter().enumerate() {
+            let gone = closed(
+                s,
+                Duration::from_millis(if i < cap / 2 { 2000 } else { 20 }),
+            );
+            assert_eq!(gone, i < cap / 2, "stalled connection {i}");
+        }
+        let (cn, rn) = say_hello(&rank);
+        assert_eq!(prove(&id, &rank, &cn, &rn), FrameType::Welcome);
+        let b = root.join().unwrap().unwrap();
+        assert_eq!(b.strays().overflow as usize, cap / 2, "{:?}", b.strays());
+        drop(silent);
+    }
+
+    #[test]
+    fn a_rank_still_handshaking_at_the_end_is_told_at_once() {
+        let id = UniqueId::new_on(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+        let root = root(&id, 2, 8);
+        // A second "rank 1" that is challenged but has not proved itself when the real one
+        // completes the rendezvous.
+        let (late, _, _) = hello(&id);
+        let config = BootstrapConfig::new(id.clone(), 1, 2)
+            .with_timeout(LONG)
+            .with_host_id("h");
+        init_with(&config).unwrap();
+        root.join().unwrap().unwrap();
+        let (kind, p) = wire::read_frame(&late, soon(), &[FrameType::Abort], 2).unwrap();
+        assert_eq!(kind, FrameType::Abort);
+        let abort = Abort::decode(&p).unwrap();
+        assert_eq!(abort.code, AbortCode::Stopped);
+        assert!(abort.message.contains("is over"), "{}", abort.message);
+    }
+
+    #[test]
+    fn drop_logging_is_rate_limited() {
+        let root: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let mut log = DropLog::new();
+        for _ in 0..LOG_BURST + 5 {
+            log.dropped(root, root, "test");
+        }
+        assert_eq!((log.logged, log.unlogged), (LOG_BURST, 5));
+        log.tick(root, &StrayStats::default());
+        assert_eq!(log.unlogged, 5, "a summary at most once a second");
+        log.since -= LOG_EVERY;
+        log.tick(root, &StrayStats::default());
+        assert_eq!(log.unlogged, 0);
     }
 }
