@@ -289,6 +289,7 @@ fn a_rank_that_destroys_its_communicator_while_peers_wait_for_it_is_reported_pro
     // meanwhile: they wait for a rank that will never come. Its goodbye (relayed by the root to
     // rank 1) says after how many calls it left, so both report it at once instead of waiting
     // for the device timeout (30 s here).
+    let survivors = Barrier::new(2);
     let out = with_ranks(3, |comm| {
         let w = comm.alloc_window::<f32>(64).unwrap();
         one_all_reduce(&comm, &w).unwrap();
@@ -298,7 +299,10 @@ fn a_rank_that_destroys_its_communicator_while_peers_wait_for_it_is_reported_pro
         }
         let t = Instant::now();
         let r = one_all_reduce(&comm, &w);
-        (r, t.elapsed())
+        let waited = t.elapsed();
+        // Ranks 0 and 1 leave together: neither may see the other depart first.
+        survivors.wait();
+        (r, waited)
     });
     for (r, (o, waited)) in out.iter().enumerate().take(2) {
         match o {
@@ -319,6 +323,7 @@ fn a_rank_that_destroys_its_communicator_while_peers_wait_for_it_is_reported_pro
 
 #[test]
 fn calls_that_need_a_destroyed_rank_fail_at_once_and_the_rest_is_no_fault() {
+    let survivors = Barrier::new(2);
     let out = with_ranks(3, |comm| {
         let w = comm.alloc_window::<f32>(64).unwrap();
         one_all_reduce(&comm, &w).unwrap();
@@ -336,6 +341,8 @@ fn calls_that_need_a_destroyed_rank_fail_at_once_and_the_rest_is_no_fault() {
             comm.alloc_window::<f32>(8).map(drop),
         ];
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        // Ranks 0 and 2 leave together: neither may see the other depart mid-way.
+        survivors.wait();
         calls
     });
     for r in [0, 2] {
