@@ -54,9 +54,10 @@ pub(crate) enum FrameType {
     /// heartbeats).
     PeerLost = 10,
     /// Either way: the sender destroyed or aborted its communicator and closes the link on
-    /// purpose ([`Farewell`], and how many collective calls it made).
+    /// purpose ([`Farewell`], and how many collective calls and host all-gathers it made).
     Goodbye = 11,
-    /// Root → rank: another rank destroyed its communicator after this many collective calls.
+    /// Root → rank: another rank destroyed its communicator after this many collective calls
+    /// and host all-gathers.
     Departed = 12,
 }
 
@@ -91,8 +92,8 @@ impl FrameType {
             FrameType::Abort => 1 + 4 + 4 + 4 * n + 2 + MAX_MESSAGE,
             FrameType::Table => 4 + n * MAX_ENTRY + MAC_LEN,
             FrameType::Heartbeat => 0,
-            FrameType::Goodbye => 1 + 8,
-            FrameType::Departed => 4 + 8,
+            FrameType::Goodbye => 1 + 8 + 8,
+            FrameType::Departed => 4 + 8 + 8,
             FrameType::Gather => 8 + 4 + 2 + MAX_GATHER,
             FrameType::Gathered => 8 + 4 + n * (4 + 2 + MAX_GATHER),
             FrameType::PeerLost => 4 + 1,
@@ -718,15 +719,17 @@ pub(crate) enum Farewell {
     Aborted = 2,
 }
 
-/// Either way: the sender leaves (`how`) after `calls` collective calls.
-pub(crate) fn encode_goodbye(how: Farewell, calls: u64) -> Vec<u8> {
-    let mut p = Vec::with_capacity(9);
+/// Either way: the sender leaves (`how`) after `calls` collective calls and `gathers` host
+/// all-gathers.
+pub(crate) fn encode_goodbye(how: Farewell, calls: u64, gathers: u64) -> Vec<u8> {
+    let mut p = Vec::with_capacity(17);
     p.push(how as u8);
     p.extend_from_slice(&calls.to_be_bytes());
+    p.extend_from_slice(&gathers.to_be_bytes());
     frame(FrameType::Goodbye, &p)
 }
 
-pub(crate) fn decode_goodbye(payload: &[u8]) -> Result<(Farewell, u64), FrameError> {
+pub(crate) fn decode_goodbye(payload: &[u8]) -> Result<(Farewell, u64, u64), FrameError> {
     let mut c = Cursor { buf: payload };
     let how = match c.u8("farewell")? {
         1 => Farewell::Destroyed,
@@ -734,24 +737,28 @@ pub(crate) fn decode_goodbye(payload: &[u8]) -> Result<(Farewell, u64), FrameErr
         _ => return Err(FrameError::Malformed("farewell")),
     };
     let calls = c.u64("collective calls")?;
+    let gathers = c.u64("host all-gathers")?;
     c.end()?;
-    Ok((how, calls))
+    Ok((how, calls, gathers))
 }
 
-/// Root → rank: `rank` destroyed its communicator after `calls` collective calls.
-pub(crate) fn encode_departed(rank: u32, calls: u64) -> Vec<u8> {
-    let mut p = Vec::with_capacity(12);
+/// Root → rank: `rank` destroyed its communicator after `calls` collective calls and `gathers`
+/// host all-gathers.
+pub(crate) fn encode_departed(rank: u32, calls: u64, gathers: u64) -> Vec<u8> {
+    let mut p = Vec::with_capacity(20);
     p.extend_from_slice(&rank.to_be_bytes());
     p.extend_from_slice(&calls.to_be_bytes());
+    p.extend_from_slice(&gathers.to_be_bytes());
     frame(FrameType::Departed, &p)
 }
 
-pub(crate) fn decode_departed(payload: &[u8]) -> Result<(u32, u64), FrameError> {
+pub(crate) fn decode_departed(payload: &[u8]) -> Result<(u32, u64, u64), FrameError> {
     let mut c = Cursor { buf: payload };
     let rank = c.u32("departed rank")?;
     let calls = c.u64("collective calls")?;
+    let gathers = c.u64("host all-gathers")?;
     c.end()?;
-    Ok((rank, calls))
+    Ok((rank, calls, gathers))
 }
 
 /// Root → rank: `rank` is lost.
@@ -961,15 +968,15 @@ mod tests {
     fn goodbye_departed_and_peer_lost_round_trip() {
         for how in [Farewell::Destroyed, Farewell::Aborted] {
             for calls in [0, 1, u64::from(u32::MAX) + 7, u64::MAX] {
-                let f = encode_goodbye(how, calls);
+                let f = encode_goodbye(how, calls, calls / 3);
                 let (h, p) = split(&f);
                 assert_eq!(h[0], FrameType::Goodbye as u8);
                 assert!(p.len() as u32 <= FrameType::Goodbye.max_len(2));
-                assert_eq!(decode_goodbye(p).unwrap(), (how, calls));
-                let f = encode_departed(3, calls);
+                assert_eq!(decode_goodbye(p).unwrap(), (how, calls, calls / 3));
+                let f = encode_departed(3, calls, 7);
                 let (_, p) = split(&f);
                 assert!(p.len() as u32 <= FrameType::Departed.max_len(2));
-                assert_eq!(decode_departed(p).unwrap(), (3, calls));
+                assert_eq!(decode_departed(p).unwrap(), (3, calls, 7));
             }
         }
         for why in [
@@ -980,9 +987,9 @@ mod tests {
             let f = encode_peer_lost(5, why);
             assert_eq!(decode_peer_lost(split(&f).1).unwrap(), (5, why));
         }
-        assert!(decode_goodbye(&[9, 0, 0, 0, 0, 0, 0, 0, 0]).is_err());
-        assert!(decode_goodbye(&[1, 0, 0]).is_err());
-        assert!(decode_departed(&[0; 13]).is_err());
+        assert!(decode_goodbye(&[9; 17]).is_err());
+        assert!(decode_goodbye(&[1; 9]).is_err());
+        assert!(decode_departed(&[0; 21]).is_err());
     }
 
     #[test]

@@ -8,8 +8,10 @@
 //!   loss, and each rank's `on_fault` callback raises its abort flag so kernels waiting on the
 //!   lost rank return;
 //! - **departures**: a communicator destroyed on purpose says goodbye with the number of
-//!   collective calls it made, and the root passes that on (`Departed` frames). A departure is
-//!   not a fault by itself: a survivor that made no more calls goes on (its later calls that
+//!   collective calls and host-side all-gathers it made, and the root passes that on
+//!   (`Departed` frames). A departure is not a fault by itself (an all-gather the departed rank
+//!   made before it left still completes, even when the news of its departure overtakes the
+//!   result): a survivor that made no more calls goes on (its later calls that
 //!   need the departed rank fail at once with [`Error::PeerLost`]); one that made more — it
 //!   has a collective queued that the departed rank will never join — treats it as a loss;
 //! - **host-side all-gathers** of small records (window sizes, socket names, success flags),
@@ -66,11 +68,12 @@ struct Link {
 struct State {
     /// The first rank lost and why (the reason of its [`Error::PeerLost`]).
     fault: Option<(u32, String)>,
-    /// Ranks whose communicator said goodbye (indexed by rank), with how many collective calls
-    /// they made.
-    departed: Vec<Option<u64>>,
+    /// Ranks whose communicator said goodbye (indexed by rank), with what they had done.
+    departed: Vec<Option<Left>>,
     /// Collective calls this rank made ([`Control::begin_call`]).
     calls: u64,
+    /// Host-side all-gathers this rank started (the last one's sequence number).
+    gathers: u64,
     /// Root: contributions of gathers still missing some rank.
     pending: BTreeMap<u64, Vec<Option<Contribution>>>,
     /// Completed gathers not yet collected by the caller.
@@ -80,6 +83,16 @@ struct State {
     broken: Option<(String, u64)>,
     /// This rank aborted: its links are shut down and losses are no longer reported.
     aborted: bool,
+}
+
+/// What a departed rank had done when it said goodbye.
+#[derive(Debug, Clone, Copy)]
+struct Left {
+    /// Collective calls.
+    calls: u64,
+    /// Host-side all-gathers started (each one's contribution reached the root before the
+    /// goodbye).
+    gathers: u64,
 }
 
 struct Shared {
@@ -185,7 +198,8 @@ impl Control {
     /// can complete: [`Error::PeerLost`] when a rank destroyed its communicator already.
     pub(crate) fn begin_call(&self) -> Result<()> {
         let mut st = lock(&self.shared.state);
-        if let Some(e) = state_error(&st, &self.shared).or_else(|| departed_error(&st, None)) {
+        if let Some(e) = state_error(&st, &self.shared).or_else(|| departed_error(&st, None, None))
+        {
             return Err(e);
         }
         st.calls += 1;
@@ -195,7 +209,7 @@ impl Control {
     /// [`Error::PeerLost`] when `peer` destroyed its communicator (point-to-point calls with it
     /// cannot complete).
     pub(crate) fn check_peer(&self, peer: u32) -> Result<()> {
-        match departed_error(&lock(&self.shared.state), Some(peer)) {
+        match departed_error(&lock(&self.shared.state), Some(peer), None) {
             Some(e) => Err(e),
             None => Ok(()),
         }
@@ -216,14 +230,17 @@ impl Control {
         }
         let shared = &*self.shared;
         let mut seq_guard = lock(&self.seq);
+        let seq = *seq_guard + 1;
         {
-            let st = lock(&shared.state);
-            if let Some(e) = state_error(&st, shared).or_else(|| departed_error(&st, None)) {
+            let mut st = lock(&shared.state);
+            if let Some(e) =
+                state_error(&st, shared).or_else(|| departed_error(&st, None, Some(seq)))
+            {
                 return Err(e);
             }
+            st.gathers = seq;
         }
-        *seq_guard += 1;
-        let seq = *seq_guard;
+        *seq_guard = seq;
         let mine = Contribution {
             tag,
             data: data.to_vec(),
@@ -247,7 +264,9 @@ impl Control {
             if let Some(all) = st.done.remove(&seq) {
                 break all;
             }
-            if let Some(e) = state_error(&st, shared).or_else(|| departed_error(&st, None)) {
+            if let Some(e) =
+                state_error(&st, shared).or_else(|| departed_error(&st, None, Some(seq)))
+            {
                 return Err(e);
             }
             let now = Instant::now();
@@ -285,16 +304,16 @@ impl Control {
     /// makes later host operations fail. Any thread; returns at once (a link busy with another
     /// write gets no goodbye: that peer sees the link close instead).
     pub(crate) fn abort(&self) {
-        let calls = {
+        let (calls, gathers) = {
             let mut st = lock(&self.shared.state);
             if st.aborted {
                 return;
             }
             st.aborted = true;
-            st.calls
+            (st.calls, st.gathers)
         };
         self.shared.cond.notify_all();
-        let bye = wire::encode_goodbye(Farewell::Aborted, calls);
+        let bye = wire::encode_goodbye(Farewell::Aborted, calls, gathers);
         for l in &self.shared.links {
             if let Ok(_guard) = l.write.try_lock() {
                 let _ = write_frame(&l.stream, &bye, Instant::now() + ABORT_WRITE);
@@ -311,11 +330,11 @@ impl Control {
 
 impl Drop for Control {
     fn drop(&mut self) {
-        let (departed, aborted, calls) = {
+        let (departed, aborted, calls, gathers) = {
             let st = lock(&self.shared.state);
-            (st.departed.clone(), st.aborted, st.calls)
+            (st.departed.clone(), st.aborted, st.calls, st.gathers)
         };
-        let goodbye = wire::encode_goodbye(Farewell::Destroyed, calls);
+        let goodbye = wire::encode_goodbye(Farewell::Destroyed, calls, gathers);
         for l in &self.shared.links {
             if departed[l.rank as usize].is_none() && !aborted {
                 let _ = send(l, &goodbye);
@@ -370,21 +389,21 @@ pub(crate) fn aborted_error(rank: u32) -> Error {
     }
 }
 
-/// [`Error::PeerLost`] for `peer` (or the lowest rank, `None`) if it destroyed its communicator.
-fn departed_error(st: &State, peer: Option<u32>) -> Option<Error> {
-    let (rank, calls) = match peer {
-        Some(p) => (p, (*st.departed.get(p as usize)?)?),
-        None => st
-            .departed
-            .iter()
-            .enumerate()
-            .find_map(|(r, c)| Some((r as u32, (*c)?)))?,
-    };
+/// [`Error::PeerLost`] for `peer` (or the lowest rank, `None`) if it destroyed its communicator
+/// — for host all-gather number `gather`, only if it left before starting it.
+fn departed_error(st: &State, peer: Option<u32>, gather: Option<u64>) -> Option<Error> {
+    let missing = |left: &Left| gather.is_none_or(|seq| left.gathers < seq);
+    let (rank, left) = st
+        .departed
+        .iter()
+        .enumerate()
+        .filter(|(r, _)| peer.is_none_or(|p| p as usize == *r))
+        .find_map(|(r, l)| l.filter(missing).map(|l| (r as u32, l)))?;
     Some(Error::PeerLost {
         rank,
         reason: format!(
-            "it destroyed its communicator after {calls} collective calls (this rank made {})",
-            st.calls
+            "it destroyed its communicator after {} collective calls (this rank made {})",
+            left.calls, st.calls
         ),
     })
 }
@@ -464,19 +483,20 @@ fn fail(shared: &Shared, rank: u32, reason: String) -> bool {
 
 /// `rank` destroyed its communicator after `calls` collective calls: recorded (once), passed on
 /// by the root, and a fault when this rank made more calls (they wait for the departed rank).
-fn depart(shared: &Shared, rank: u32, calls: u64) {
+fn depart(shared: &Shared, rank: u32, left: Left) {
+    let calls = left.calls;
     let ahead = {
         let mut st = lock(&shared.state);
         if st.departed[rank as usize].is_some() {
             return;
         }
-        st.departed[rank as usize] = Some(calls);
+        st.departed[rank as usize] = Some(left);
         shared.cond.notify_all();
         (st.calls > calls).then_some(st.calls)
     };
     tracing::debug!(target: "symcomm::init", "rank {}: rank {rank} destroyed its communicator after {calls} collective calls", shared.rank);
     if shared.rank == 0 {
-        let frame = wire::encode_departed(rank, calls);
+        let frame = wire::encode_departed(rank, calls, left.gathers);
         for l in shared.links.iter().filter(|l| l.rank != rank) {
             let _ = send(l, &frame);
         }
@@ -590,8 +610,10 @@ fn monitor(shared: &Shared, wake: &UnixStream) {
                 Ok((FrameType::Goodbye, payload)) => {
                     live[i] = false;
                     match wire::decode_goodbye(&payload) {
-                        Ok((Farewell::Destroyed, calls)) => depart(shared, link.rank, calls),
-                        Ok((Farewell::Aborted, _)) => {
+                        Ok((Farewell::Destroyed, calls, gathers)) => {
+                            depart(shared, link.rank, Left { calls, gathers });
+                        }
+                        Ok((Farewell::Aborted, ..)) => {
                             lose(shared, link.rank, LostReason::Aborted);
                         }
                         Err(e) => {
@@ -601,9 +623,9 @@ fn monitor(shared: &Shared, wake: &UnixStream) {
                     }
                 }
                 Ok((FrameType::Departed, payload)) => {
-                    if let Ok((rank, calls)) = wire::decode_departed(&payload) {
+                    if let Ok((rank, calls, gathers)) = wire::decode_departed(&payload) {
                         if rank < shared.nranks && rank != shared.rank {
-                            depart(shared, rank, calls);
+                            depart(shared, rank, Left { calls, gathers });
                         }
                     }
                 }
