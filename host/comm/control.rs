@@ -198,8 +198,7 @@ impl Control {
     /// can complete: [`Error::PeerLost`] when a rank destroyed its communicator already.
     pub(crate) fn begin_call(&self) -> Result<()> {
         let mut st = lock(&self.shared.state);
-        if let Some(e) = state_error(&st, &self.shared).or_else(|| departed_error(&st, None, None))
-        {
+        if let Some(e) = refusal(&st, &self.shared, None) {
             return Err(e);
         }
         st.calls += 1;
@@ -233,9 +232,7 @@ impl Control {
         let seq = *seq_guard + 1;
         {
             let mut st = lock(&shared.state);
-            if let Some(e) =
-                state_error(&st, shared).or_else(|| departed_error(&st, None, Some(seq)))
-            {
+            if let Some(e) = refusal(&st, shared, Some(seq)) {
                 return Err(e);
             }
             st.gathers = seq;
@@ -264,9 +261,7 @@ impl Control {
             if let Some(all) = st.done.remove(&seq) {
                 break all;
             }
-            if let Some(e) =
-                state_error(&st, shared).or_else(|| departed_error(&st, None, Some(seq)))
-            {
+            if let Some(e) = refusal(&st, shared, Some(seq)) {
                 return Err(e);
             }
             let now = Instant::now();
@@ -387,6 +382,12 @@ pub(crate) fn aborted_error(rank: u32) -> Error {
         op: "Communicator::abort",
         detail: "the communicator was aborted on this host".to_owned(),
     }
+}
+
+/// Why a call that needs every rank cannot run: [`state_error`], else a departed rank (for host
+/// all-gather number `gather`: one that left before starting it).
+fn refusal(st: &State, shared: &Shared, gather: Option<u64>) -> Option<Error> {
+    state_error(st, shared).or_else(|| departed_error(st, None, gather))
 }
 
 /// [`Error::PeerLost`] for `peer` (or the lowest rank, `None`) if it destroyed its communicator
