@@ -8,11 +8,17 @@
 //! - [`cuda`]: the CUDA layer beneath [`Backend::Cuda`](crate::Backend::Cuda) — modules,
 //!   functions, raw streams, events, graphs, device buffers, VMM — for the GPU checks
 //!   (`tests/gpu.rs`) and the NVRTC check (`tests/nvrtc.rs`).
+//! - [`wire`]: the bootstrap wire format as plain values, every frame's encoder and decoder
+//!   (the fuzz targets in `fuzz/`, `tests/wire_props.rs`).
+//! - [`parse`]: the one-value environment parsers (the `env` fuzz target).
 
 use symcomm_device::image::{DeviceImage, Module};
 
 use crate::Result;
 use crate::backend::cuda::{CudaDevice, CudaModule, DeviceBuffer, Stream};
+
+pub mod parse;
+pub mod wire;
 
 /// The emulator team harness and raw kernel launch.
 pub mod emu {

@@ -69,61 +69,68 @@ fn every_embedded_module_compiles_to_ptx_that_ptxas_assembles() {
         !DEVICE_IMAGE.modules.is_empty(),
         "the device image has no modules"
     );
-    for module in DEVICE_IMAGE.modules {
-        let ptx = nvrtc_compile(&DEVICE_IMAGE, module, "sm_90")
-            .unwrap_or_else(|e| panic!("NVRTC failed on {}: {e}", module.source));
-        assert!(
-            ptx.lines().any(|l| l.starts_with(".version ")),
-            "{}: no .version in the PTX",
-            module.source
-        );
-        assert!(
-            ptx.lines().any(|l| l.trim() == ".target sm_90"),
-            "{}: PTX is not for sm_90",
-            module.source
-        );
-        if let Some(isa) = DEVICE_IMAGE.ptx_isa {
-            // nvcc and NVRTC of the same pinned release emit the same PTX ISA.
-            assert!(
-                ptx.lines().any(|l| l.trim() == format!(".version {isa}")),
-                "{}: NVRTC's PTX ISA differs from nvcc's {isa}",
-                module.source
-            );
+    // One thread per module: NVRTC and ptxas are single-threaded, and this is the longest test
+    // of the suite when run one module after another.
+    std::thread::scope(|scope| {
+        for module in DEVICE_IMAGE.modules {
+            let (dir, ptxas) = (&dir, &ptxas);
+            scope.spawn(move || {
+                let ptx = nvrtc_compile(&DEVICE_IMAGE, module, "sm_90")
+                    .unwrap_or_else(|e| panic!("NVRTC failed on {}: {e}", module.source));
+                assert!(
+                    ptx.lines().any(|l| l.starts_with(".version ")),
+                    "{}: no .version in the PTX",
+                    module.source
+                );
+                assert!(
+                    ptx.lines().any(|l| l.trim() == ".target sm_90"),
+                    "{}: PTX is not for sm_90",
+                    module.source
+                );
+                if let Some(isa) = DEVICE_IMAGE.ptx_isa {
+                    // nvcc and NVRTC of the same pinned release emit the same PTX ISA.
+                    assert!(
+                        ptx.lines().any(|l| l.trim() == format!(".version {isa}")),
+                        "{}: NVRTC's PTX ISA differs from nvcc's {isa}",
+                        module.source
+                    );
+                }
+                for kernel in module.kernels {
+                    assert!(
+                        ptx.lines()
+                            .any(|l| l.contains(".entry") && l.contains(kernel.name)),
+                        "{}: no .entry {} in the PTX",
+                        module.source,
+                        kernel.name
+                    );
+                }
+                let stem = module.source_name.trim_end_matches(".cu");
+                let ptx_path = dir.join(format!("{stem}.ptx"));
+                let cubin_path = dir.join(format!("{stem}.cubin"));
+                std::fs::write(&ptx_path, &ptx).expect("write PTX");
+                let out = Command::new(ptxas)
+                    .arg("-arch=sm_90")
+                    .arg(&ptx_path)
+                    .arg("-o")
+                    .arg(&cubin_path)
+                    .output()
+                    .unwrap_or_else(|e| panic!("could not run {}: {e}", ptxas.display()));
+                assert!(
+                    out.status.success(),
+                    "ptxas rejected NVRTC's PTX for {} ({}):\n{}",
+                    module.source,
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                let cubin = std::fs::read(&cubin_path).expect("read cubin");
+                assert!(
+                    cubin.starts_with(b"\x7fELF"),
+                    "{}: ptxas output is not an ELF cubin",
+                    module.source
+                );
+            });
         }
-        for kernel in module.kernels {
-            assert!(
-                ptx.lines()
-                    .any(|l| l.contains(".entry") && l.contains(kernel.name)),
-                "{}: no .entry {} in the PTX",
-                module.source,
-                kernel.name
-            );
-        }
-        let stem = module.source_name.trim_end_matches(".cu");
-        let ptx_path = dir.join(format!("{stem}.ptx"));
-        let cubin_path = dir.join(format!("{stem}.cubin"));
-        std::fs::write(&ptx_path, &ptx).expect("write PTX");
-        let out = Command::new(&ptxas)
-            .arg("-arch=sm_90")
-            .arg(&ptx_path)
-            .arg("-o")
-            .arg(&cubin_path)
-            .output()
-            .unwrap_or_else(|e| panic!("could not run {}: {e}", ptxas.display()));
-        assert!(
-            out.status.success(),
-            "ptxas rejected NVRTC's PTX for {} ({}):\n{}",
-            module.source,
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let cubin = std::fs::read(&cubin_path).expect("read cubin");
-        assert!(
-            cubin.starts_with(b"\x7fELF"),
-            "{}: ptxas output is not an ELF cubin",
-            module.source
-        );
-    }
+    });
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -167,7 +167,10 @@ impl DeviceBuild {
             kernels.push(kernel_names(&text));
         }
 
-        self.compile_emulator(&out_dir)?;
+        // No sources, no emulator objects (an empty archive is not a valid `ar` input).
+        if !self.sources.is_empty() {
+            self.compile_emulator(&out_dir)?;
+        }
 
         let (nvcc, reason) = match toolchain::find_nvcc() {
             NvccSearch::Found(n) => (Some(n), String::new()),

@@ -298,7 +298,11 @@ impl FromStr for UniqueId {
                 port.chars().count()
             ))
         })?;
-        check_addr(addr).map_err(|e| bad(e.to_string()))?;
+        // Its message without a second "invalid argument:" prefix.
+        check_addr(addr).map_err(|e| match e {
+            Error::InvalidArgument(why) => bad(why),
+            e => e,
+        })?;
         let secret = Secret::from_hex(secret).ok_or_else(|| {
             bad(format!(
                 "the secret must be 32 hex digits (128 bits), got {} characters",
@@ -422,6 +426,8 @@ mod tests {
                 );
             }
             assert!(matches!(e, Error::InvalidArgument(_)), "{b}: {e}");
+            // One prefix (issue 11 minor: "invalid argument: … invalid argument: …").
+            assert_eq!(e.to_string().matches("invalid argument").count(), 1, "{e}");
         }
     }
 

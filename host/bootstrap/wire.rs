@@ -11,7 +11,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, TcpStream};
 use std::time::{Duration, Instant};
 
 use super::RankInfo;
-use super::auth::{MAC_LEN, Mac, NONCE_LEN, Nonce};
+pub(crate) use super::auth::{MAC_LEN, NONCE_LEN};
+use super::auth::{Mac, Nonce};
 
 /// Bytes of a frame header: type + length.
 pub(crate) const HEADER_LEN: usize = 5;
@@ -305,9 +306,11 @@ impl<'a> Cursor<'a> {
         let family = self.u8("address family")?;
         let bytes: [u8; 16] = self.array("address")?;
         match family {
-            4 => Ok(IpAddr::V4(Ipv4Addr::new(
+            // One encoding per address: an IPv4 address's 12 padding bytes must be zero.
+            4 if bytes[4..].iter().all(|&b| b == 0) => Ok(IpAddr::V4(Ipv4Addr::new(
                 bytes[0], bytes[1], bytes[2], bytes[3],
             ))),
+            4 => Err(FrameError::Malformed("address padding")),
             6 => Ok(IpAddr::V6(Ipv6Addr::from(bytes))),
             _ => Err(FrameError::Malformed("address family")),
         }
@@ -962,6 +965,23 @@ mod tests {
         c[last] = 0xff;
         c.extend_from_slice(&[0; MAC_LEN]);
         assert!(Auth::decode(&c).is_err());
+    }
+
+    /// One encoding per address (found by tests/wire_props.rs: an IPv4 address's padding was
+    /// ignored, so two byte strings decoded to the same claims).
+    #[test]
+    fn ipv4_addresses_with_nonzero_padding_are_refused() {
+        let mut p = Vec::new();
+        put_addr(&mut p, IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3)));
+        assert_eq!(
+            Cursor { buf: &p }.addr().unwrap(),
+            IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3))
+        );
+        p[ADDR_LEN - 1] = 1;
+        assert!(matches!(
+            Cursor { buf: &p }.addr(),
+            Err(FrameError::Malformed("address padding"))
+        ));
     }
 
     #[test]

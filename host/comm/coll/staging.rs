@@ -114,9 +114,17 @@ impl Communicator {
 /// The staging bytes per lane: `SYMCOMM_STAGING_BYTES` (4096..=16 GiB) or the default (read now).
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] for a value outside that range or not a number.
+/// As [`parse_staging_bytes`].
 pub(in crate::comm) fn staging_bytes_from_env() -> Result<u64> {
-    match crate::config::raw_value("SYMCOMM_STAGING_BYTES") {
+    parse_staging_bytes(crate::config::raw_value("SYMCOMM_STAGING_BYTES").as_deref())
+}
+
+/// A `SYMCOMM_STAGING_BYTES` value (`None`: unset, the default).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a value outside 4096..=16 GiB or not a number.
+pub(crate) fn parse_staging_bytes(value: Option<&str>) -> Result<u64> {
+    match value {
         None => Ok(DEFAULT_STAGING_BYTES),
         Some(v) => v
             .parse::<u64>()
