@@ -8,12 +8,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -326,78 +328,19 @@ fn the_roots_timeout_says_a_rank_failed_authentication_without_the_secret() {
     eprintln!("root: {root_err}");
 }
 
-/// Floods `addr` the way anyone who can reach the port can: `held` silent connections opened
-/// once and kept open, plus `churn` more, each reopened as soon as the root drops it. Says on
-/// `ready` once all are open; runs until `stop`; returns how many connections it opened.
-fn flood(
-    addr: SocketAddr,
-    held: usize,
-    churn: usize,
-    stop: Arc<AtomicBool>,
-    ready: mpsc::Sender<()>,
-) -> thread::JoinHandle<u64> {
-    thread::spawn(move || {
-        let connect = || TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok();
-        let mut opened = 0u64;
-        let mut kept = Vec::with_capacity(held);
-        while kept.len() < held && !stop.load(Ordering::SeqCst) {
-            if let Some(s) = connect() {
-                kept.push(s);
-                opened += 1;
-            }
-        }
-        let mut slots: Vec<Option<TcpStream>> = (0..churn).map(|_| None).collect();
-        let mut told = false;
-        while !stop.load(Ordering::SeqCst) {
-            for slot in &mut slots {
-                let open = slot.as_mut().is_some_and(|s| {
-                    let mut b = [0u8; 64];
-                    matches!(s.read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
-                });
-                if !open {
-                    *slot = connect().filter(|s| s.set_nonblocking(true).is_ok());
-                    opened += u64::from(slot.is_some());
-                }
-            }
-            if !told && slots.iter().all(Option::is_some) {
-                let _ = ready.send(());
-                told = true;
-            }
-            thread::sleep(Duration::from_micros(200));
-        }
-        drop(kept);
-        opened
-    })
-}
-
 #[test]
 fn ranks_get_in_while_the_port_is_flooded() {
-    let id = new_id();
     let n = 4;
     // Far longer than the 10 s handshake deadline that silent connections used to hold a slot
     // for; the ranks must get in long before either.
     let timeout = Duration::from_secs(20);
     let bound = Duration::from_secs(1) + SLACK;
-    let root = spawn_rank(config(&id, 0, n, timeout));
-    let stop = Arc::new(AtomicBool::new(false));
-    let (ready_tx, ready) = mpsc::channel();
-    let flooder = flood(id.addr(), 200, 128, Arc::clone(&stop), ready_tx);
-    ready
-        .recv_timeout(Duration::from_secs(10))
-        .expect("the flood never got its connections open");
-    let t = Instant::now();
-    let ranks: Vec<_> = (1..n)
-        .map(|r| spawn_rank(config(&id, r, n, timeout)))
-        .collect();
-    let results: Vec<_> = ranks.into_iter().map(|h| h.join().unwrap()).collect();
-    let joined_in = t.elapsed();
-    let (root, _) = root.join().unwrap();
-    stop.store(true, Ordering::SeqCst);
-    let opened = flooder.join().unwrap();
-    for (i, (res, took)) in results.into_iter().enumerate() {
+    let j = support::flood::timed_join(n, timeout, Some(support::flood::ISSUE_11));
+    for (i, (res, took)) in j.ranks.into_iter().enumerate() {
         res.unwrap_or_else(|e| panic!("rank {} after {took:?}: {e}", i + 1));
     }
-    let root = root.unwrap();
+    let root = j.root.unwrap();
+    let joined_in = j.joined_in;
     assert!(
         joined_in < bound,
         "ranks joined in {joined_in:?} under the flood (bound {bound:?})"
@@ -405,7 +348,8 @@ fn ranks_get_in_while_the_port_is_flooded() {
     let s = root.strays();
     assert!(s.total() >= 200, "{s:?}");
     eprintln!(
-        "flood of {opened} connections: {} ranks joined in {joined_in:?}; {s:?}",
+        "flood of {} connections: {} ranks joined in {joined_in:?}; {s:?}",
+        j.opened,
         n - 1
     );
 }

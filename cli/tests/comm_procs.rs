@@ -6,23 +6,23 @@
 //! - windows across processes: memfds passed with SCM_RIGHTS, every rank reads every other
 //!   rank's copy and runs the built-in all-reduce on them (#wrong = 0), directly and via
 //!   `symcomm launch -n 3`;
-//! - `kill -9` of a non-root rank and of the root while the others wait in a kernel: every
+//! - `kill -9` of a non-root rank and of the root while the others wait in a collective: every
 //!   survivor returns `PeerLost` naming it within a few seconds and exits cleanly;
 //! - `SIGSTOP` of a rank (alive but silent): the survivors' heartbeat check declares it lost.
+//!
+//! Spawning, collecting and the fault runs are in `tests/support/procs.rs`, shared with the
+//! reliability scoreboard (`reliability.rs`), which runs each fault several times and more kinds.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::mpsc;
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use symcomm::{Communicator, Error};
+use support::procs::{self, Fault, ROLE};
 
-const ROLE: &str = "SYMCOMM_TEST_ROLE";
 const COUNT: usize = 4099;
 
 fn main() -> ExitCode {
@@ -34,13 +34,13 @@ fn main() -> ExitCode {
         ("windows_across_processes", windows_across_processes),
         ("windows_via_symcomm_launch", windows_via_symcomm_launch),
         ("kill_9_of_a_rank_while_others_wait", || {
-            kill_scenario(2, "KILL")
+            kill_scenario(2, Fault::Kill)
         }),
         ("kill_9_of_the_root_while_others_wait", || {
-            kill_scenario(0, "KILL")
+            kill_scenario(0, Fault::Kill)
         }),
         ("sigstop_of_a_rank_is_a_missed_heartbeat", || {
-            kill_scenario(1, "STOP")
+            kill_scenario(1, Fault::Stop)
         }),
     ];
     let mut failed = 0;
@@ -66,12 +66,12 @@ fn main() -> ExitCode {
 // ------------------------------------------------------------------------------------------
 
 fn worker(role: &str) -> ExitCode {
-    let comm = match Communicator::from_env() {
+    if role == "fault" {
+        return procs::fault_rank();
+    }
+    let comm = match procs::init_rank() {
         Ok(c) => c,
-        Err(e) => {
-            println!("INIT-FAILED {e}");
-            return ExitCode::from(3);
-        }
+        Err(code) => return code,
     };
     let rank = comm.rank();
     let src = comm.alloc_window::<f32>(COUNT).unwrap();
@@ -109,33 +109,6 @@ fn worker(role: &str) -> ExitCode {
                 ExitCode::FAILURE
             }
         }
-        "wait" => {
-            let victim: u32 = std::env::var("SYMCOMM_TEST_VICTIM")
-                .unwrap()
-                .parse()
-                .unwrap();
-            comm.barrier().unwrap();
-            println!("READY rank={rank}");
-            if rank == victim {
-                std::thread::sleep(Duration::from_secs(60));
-                return ExitCode::FAILURE;
-            }
-            let t = Instant::now();
-            // The victim never launches: this waits until its loss raises the abort flag.
-            let result = support::all_reduce(&comm, &src, &dst, COUNT as u64);
-            let after = t.elapsed().as_millis();
-            let checked = comm.check_error();
-            let later = comm.barrier();
-            println!(
-                "LOST rank={rank} after_ms={after} result={result:?} check={checked:?} later={later:?}"
-            );
-            let named = |r: &symcomm::Result<()>| matches!(r, Err(Error::PeerLost { rank, .. }) if *rank == victim);
-            if named(&result) && named(&checked) && named(&later) {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
-        }
         other => {
             println!("unknown role {other}");
             ExitCode::from(2)
@@ -147,96 +120,10 @@ fn worker(role: &str) -> ExitCode {
 // Parent
 // ------------------------------------------------------------------------------------------
 
-/// A fresh root address with a secret, as `symcomm launch` makes it: a free port (bound, read
-/// and released here, since rank 0 is another process) and a random secret.
-fn fresh_id() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    symcomm::UniqueId::from_parts(port, symcomm::UniqueId::random_secret().unwrap())
-        .unwrap()
-        .to_string()
-}
-
-fn spawn_ranks(n: u32, role: &str, extra: &[(&str, String)]) -> Vec<Child> {
-    let exe = std::env::current_exe().unwrap();
-    let id = fresh_id();
-    (0..n)
-        .map(|r| {
-            let mut cmd = Command::new(&exe);
-            cmd.env(ROLE, role)
-                .env("SYMCOMM_ID", &id)
-                .env("RANK", r.to_string())
-                .env("WORLD_SIZE", n.to_string())
-                .env("LOCAL_RANK", r.to_string())
-                .env("LOCAL_WORLD_SIZE", n.to_string())
-                .env("SYMCOMM_DEVICE", "emu")
-                .env("SYMCOMM_INIT_TIMEOUT", "30s")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit());
-            for (k, v) in extra {
-                cmd.env(k, v);
-            }
-            cmd.spawn().unwrap()
-        })
-        .collect()
-}
-
-/// Forwards each child's stdout lines as (rank, line) to one channel.
-fn collect_lines(children: &mut [Child]) -> mpsc::Receiver<(usize, String)> {
-    let (tx, rx) = mpsc::channel();
-    for (r, c) in children.iter_mut().enumerate() {
-        let out = c.stdout.take().unwrap();
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                let _ = tx.send((r, line));
-            }
-        });
-    }
-    rx
-}
-
-/// Waits for every child to exit by `deadline`; kills the rest and fails past it.
-fn wait_all(
-    children: &mut [Child],
-    deadline: Instant,
-    skip: Option<usize>,
-) -> Result<Vec<i32>, String> {
-    let mut codes = vec![None; children.len()];
-    loop {
-        for (r, c) in children.iter_mut().enumerate() {
-            if codes[r].is_none() && Some(r) != skip {
-                if let Some(s) = c.try_wait().unwrap() {
-                    codes[r] = Some(s.code().unwrap_or(-1));
-                }
-            }
-        }
-        if codes
-            .iter()
-            .enumerate()
-            .all(|(r, c)| c.is_some() || Some(r) == skip)
-        {
-            return Ok(codes.into_iter().map(|c| c.unwrap_or(0)).collect());
-        }
-        if Instant::now() > deadline {
-            for c in children.iter_mut() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-            return Err(format!(
-                "ranks still running at the deadline (exit codes so far {codes:?})"
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn windows_across_processes() -> Result<(), String> {
-    let mut children = spawn_ranks(3, "windows", &[]);
-    let rx = collect_lines(&mut children);
-    let codes = wait_all(
+    let mut children = procs::spawn_ranks(3, &[(ROLE, "windows".to_owned())]);
+    let rx = procs::collect_lines(&mut children);
+    let codes = procs::wait_all(
         &mut children,
         Instant::now() + Duration::from_secs(60),
         None,
@@ -254,13 +141,15 @@ fn windows_across_processes() -> Result<(), String> {
 }
 
 fn windows_via_symcomm_launch() -> Result<(), String> {
-    let out = Command::new(env!("CARGO_BIN_EXE_symcomm"))
-        .args(["launch", "-n", "3", "--timeout", "60", "--"])
-        .arg(std::env::current_exe().unwrap())
-        .env(ROLE, "windows")
-        .env("SYMCOMM_DEVICE", "emu")
-        .output()
-        .map_err(|e| e.to_string())?;
+    let exe = std::env::current_exe().unwrap();
+    let out = procs::launch(
+        env!("CARGO_BIN_EXE_symcomm"),
+        &["-n", "3", "--timeout", "60", "--", exe.to_str().unwrap()],
+    )
+    .env(ROLE, "windows")
+    .env("SYMCOMM_DEVICE", "emu")
+    .output()
+    .map_err(|e| e.to_string())?;
     let text = String::from_utf8_lossy(&out.stdout);
     let results: Vec<&str> = text.lines().filter(|l| l.contains("RESULT")).collect();
     let prefixed = (0..3).all(|r| {
@@ -280,84 +169,19 @@ fn windows_via_symcomm_launch() -> Result<(), String> {
     Ok(())
 }
 
-/// Three ranks; `victim` is killed (`KILL`) or stopped (`STOP`) while the others wait for it
-/// in a kernel. Every survivor must report `PeerLost { victim }` promptly and exit 0.
-fn kill_scenario(victim: u32, how: &str) -> Result<(), String> {
-    let peer_timeout_ms = 1500;
-    let extra = [
-        ("SYMCOMM_TEST_VICTIM", victim.to_string()),
-        ("SYMCOMM_HEARTBEAT", "100ms".to_string()),
-        ("SYMCOMM_PEER_TIMEOUT", format!("{peer_timeout_ms}ms")),
-        // Long device deadline: only the loss may end the survivors' wait.
-        ("SYMCOMM_TIMEOUT", "120s".to_string()),
-    ];
-    let mut children = spawn_ranks(3, "wait", &extra);
-    let rx = collect_lines(&mut children);
-    let mut ready = 0;
-    let mut lines = Vec::new();
-    let start = Instant::now();
-    while ready < 3 {
-        match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok((r, l)) => {
-                ready += usize::from(l.starts_with("READY"));
-                lines.push((r, l));
-            }
-            Err(_) => {
-                for c in children.iter_mut() {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                }
-                return Err(format!(
-                    "ranks not ready after {:?}: {lines:?}",
-                    start.elapsed()
-                ));
-            }
-        }
-    }
-    // Let the survivors enter their wait.
-    std::thread::sleep(Duration::from_millis(300));
-    let pid = nix::unistd::Pid::from_raw(children[victim as usize].id() as i32);
-    let signal = if how == "KILL" {
-        nix::sys::signal::Signal::SIGKILL
-    } else {
-        nix::sys::signal::Signal::SIGSTOP
-    };
-    let hit = Instant::now();
-    nix::sys::signal::kill(pid, signal).map_err(|e| e.to_string())?;
-    let codes = wait_all(
-        &mut children,
-        hit + Duration::from_secs(20),
-        Some(victim as usize),
-    );
-    let took = hit.elapsed();
-    // Clean up the victim (stopped or killed).
-    let _ = children[victim as usize].kill();
-    let _ = children[victim as usize].wait();
-    let codes = codes?;
-    lines.extend(rx.try_iter());
-    let lost: Vec<&String> = lines
+/// Three ranks; `victim` is killed or stopped while the others wait for it in a collective.
+/// Every survivor must report `PeerLost { victim }` promptly and exit 0.
+fn kill_scenario(victim: u32, fault: Fault) -> Result<(), String> {
+    let run = procs::fault_run(3, victim, fault)?;
+    let lost: Vec<&String> = run
+        .lines
         .iter()
         .filter(|(_, l)| l.starts_with("LOST"))
         .map(|(_, l)| l)
         .collect();
-    let limit = if how == "KILL" {
-        Duration::from_secs(5)
-    } else {
-        Duration::from_millis(peer_timeout_ms + 5000)
-    };
-    let survivors_ok = codes
-        .iter()
-        .enumerate()
-        .all(|(r, &c)| r == victim as usize || c == 0);
-    if !survivors_ok || lost.len() != 2 || took > limit {
-        return Err(format!(
-            "{how} of rank {victim}: survivors' exit codes {codes:?} after {took:?} (limit \
-             {limit:?}); lines {lines:?}"
-        ));
-    }
     println!(
-        "  {how} rank {victim}: survivors done {:.0} ms after the signal; {lost:?}",
-        took.as_secs_f64() * 1e3
+        "  {fault:?} rank {victim}: survivors done {:.0} ms after the signal; {lost:?}",
+        run.took.as_secs_f64() * 1e3
     );
     Ok(())
 }

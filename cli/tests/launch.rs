@@ -9,6 +9,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "../../tests/support/procs.rs"]
+mod procs;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -25,14 +28,7 @@ const SYMCOMM: &str = env!("CARGO_BIN_EXE_symcomm");
 
 /// `symcomm launch ARGS…` with a clean rank environment.
 fn launch(args: &[&str]) -> Command {
-    let mut cmd = Command::new(SYMCOMM);
-    cmd.arg("launch")
-        .args(args)
-        .stdin(Stdio::null())
-        .env_remove("SYMCOMM_ID")
-        .env_remove("MASTER_ADDR")
-        .env_remove("MASTER_PORT");
-    cmd
+    procs::launch(SYMCOMM, args)
 }
 
 /// Runs to completion; returns the output and how long it took.

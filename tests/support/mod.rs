@@ -1,11 +1,16 @@
 //! Shared by the integration tests that include it (`#[path = "support/mod.rs"] mod support;`,
-//! and from `cli/tests/comm_procs.rs`).
+//! and from `cli/tests/comm_procs.rs` and `cli/tests/reliability.rs`): team fixtures here,
+//! `values` (the collectives' value model), `procs` (ranks as processes, fault runs), `flood`
+//! (the bootstrap port flood), `leaks` (init/destroy cycles and the counts they must keep).
 
 // Each test crate that includes this module uses only part of it (comm.rs and comm_procs.rs the
-// blocking all-reduce, emu_collectives.rs and coll.rs the value model, emu_faults.rs the kinds),
-// so the rest would be dead code there.
+// blocking all-reduce, emu_collectives.rs and coll.rs the value model, emu_faults.rs the kinds,
+// bootstrap.rs the flood), so the rest would be dead code there.
 #![allow(dead_code, clippy::unwrap_used, clippy::panic)]
 
+pub(crate) mod flood;
+pub(crate) mod leaks;
+pub(crate) mod procs;
 pub(crate) mod values;
 
 use std::ffi::c_void;
