@@ -5,7 +5,8 @@
 use std::time::Instant;
 
 use super::memory::{self, FlatMapping, Segment};
-use super::{Communicator, TAG_ALLOC, TAG_MAPPED, TAG_SEGMENT, Window};
+use super::payload::{self, AllocRequest, Tag};
+use super::{Communicator, Window};
 use crate::backend::{Backend, cuda};
 use crate::{Error, Result};
 
@@ -48,29 +49,37 @@ impl Communicator {
             if self.links.is_none() || !self.spans_one_host() {
                 return Err(self.multi_host("windows"));
             }
-            Ok((b, memory::granularity(&self.backend)?))
+            Ok(AllocRequest {
+                bytes: b,
+                elem,
+                granularity: memory::granularity(&self.backend)?,
+            })
         });
-        let (b, g) = request.as_ref().map_or((0, 0), |&r| r);
-        let mut payload = vec![u8::from(request.is_ok())];
-        payload.extend_from_slice(&b.to_be_bytes());
-        payload.extend_from_slice(&elem.to_be_bytes());
-        payload.extend_from_slice(&g.to_be_bytes());
-        let all = self
-            .control
-            .all_gather(TAG_ALLOC, "alloc_window", &payload)?;
-        let (bytes, mut granularity) = request?;
+        let all = self.gather(
+            Tag::Alloc,
+            "alloc_window",
+            &payload::encode_alloc_request(&request),
+            payload::decode_alloc_request,
+        )?;
+        let AllocRequest {
+            bytes,
+            mut granularity,
+            ..
+        } = request?;
         let links = self
             .links
             .as_ref()
             .ok_or_else(|| self.multi_host("windows"))?;
-        for (r, req) in all.iter().enumerate() {
-            let Some((their_bytes, their_elem, their_gran)) = decode_alloc_request(req) else {
-                return Err(Error::PeerFailed {
-                    rank: r as u32,
-                    what: "alloc_window".into(),
-                    message: "invalid request on that rank".into(),
-                });
-            };
+        for (r, req) in all.into_iter().enumerate() {
+            let AllocRequest {
+                bytes: their_bytes,
+                elem: their_elem,
+                granularity: their_gran,
+            } = req.map_err(|message| Error::PeerFailed {
+                rank: r as u32,
+                what: "alloc_window".into(),
+                message,
+            })?;
             if (their_bytes, their_elem) != (bytes, elem) {
                 return Err(Error::Mismatch {
                     rank: self.rank,
@@ -85,7 +94,7 @@ impl Communicator {
         }
         let stride = bytes.div_ceil(granularity) * granularity;
         let segment = self.agree(
-            TAG_SEGMENT,
+            Tag::Segment,
             "allocating window memory",
             Segment::create(&self.backend, stride, label),
         )?;
@@ -108,25 +117,13 @@ impl Communicator {
             }
             FlatMapping::map(&self.backend, stride, fds)
         });
-        let mapping = self.agree(TAG_MAPPED, "mapping window memory", mapped)?;
+        let mapping = self.agree(Tag::Mapped, "mapping window memory", mapped)?;
         if let Backend::Cuda(_) = self.backend {
             // VMM memory is not zeroed by the driver.
             mapping.zero(self.rank)?;
-            self.control.barrier(TAG_MAPPED, "zeroing window memory")?;
+            self.control.barrier(Tag::Mapped, "zeroing window memory")?;
         }
         tracing::debug!(target: "symcomm::alloc", "rank {}: {label}: {bytes} bytes per rank, stride {stride}, base {:#x}", self.rank, mapping.base());
         Ok(mapping)
     }
-}
-
-/// A rank's allocation request `[ok][bytes u64][elem u32][granularity u64]` (big-endian), or
-/// `None` when the rank could not make one.
-fn decode_alloc_request(req: &[u8]) -> Option<(u64, u32, u64)> {
-    if req.first() != Some(&1) {
-        return None;
-    }
-    let bytes = u64::from_be_bytes(req.get(1..9)?.try_into().ok()?);
-    let elem = u32::from_be_bytes(req.get(9..13)?.try_into().ok()?);
-    let gran = u64::from_be_bytes(req.get(13..21)?.try_into().ok()?);
-    Some((bytes, elem, gran))
 }

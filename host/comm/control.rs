@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
+use super::payload::Tag;
 use crate::bootstrap::RootLink;
 use crate::bootstrap::wire::{
     self, Contribution, Farewell, FrameType, LostReason, MAX_GATHER, read_frame, write_frame,
@@ -220,7 +221,7 @@ impl Control {
     /// Errors: [`Error::PeerLost`] after a fault; [`Error::Mismatch`] when ranks passed different
     /// tags (every rank gets it); [`Error::HostTimeout`] when not every rank made the call in
     /// time (the control plane is unusable afterwards: the ranks' call sequences diverged).
-    pub(crate) fn all_gather(&self, tag: u32, what: &str, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+    pub(crate) fn all_gather(&self, tag: Tag, what: &str, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         if data.len() > MAX_GATHER {
             return Err(Error::InvalidArgument(format!(
                 "host all-gather of {} bytes (at most {MAX_GATHER})",
@@ -239,7 +240,7 @@ impl Control {
         }
         *seq_guard = seq;
         let mine = Contribution {
-            tag,
+            tag: tag.code(),
             data: data.to_vec(),
         };
         if shared.nranks == 1 {
@@ -281,12 +282,13 @@ impl Control {
                 .0;
         };
         drop(st);
-        if let Some((peer, other)) = all.iter().enumerate().find(|(_, c)| c.tag != tag) {
+        if let Some((peer, other)) = all.iter().enumerate().find(|(_, c)| c.tag != tag.code()) {
+            let theirs = Tag::from_code(other.tag).map_or_else(String::new, |t| format!("{t:?}, "));
             return Err(Error::Mismatch {
                 rank: shared.rank,
                 peer: peer as u32,
                 what: format!(
-                    "rank {} called {what} while rank {peer} made another host call (tag {:#x})",
+                    "rank {} called {what} while rank {peer} made another host call ({theirs}tag {:#x})",
                     shared.rank, other.tag
                 ),
             });
@@ -318,7 +320,7 @@ impl Control {
     }
 
     /// A barrier over the control plane (an empty all-gather).
-    pub(crate) fn barrier(&self, tag: u32, what: &str) -> Result<()> {
+    pub(crate) fn barrier(&self, tag: Tag, what: &str) -> Result<()> {
         self.all_gather(tag, what, &[]).map(|_| ())
     }
 }

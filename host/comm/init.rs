@@ -10,10 +10,8 @@ use symcomm_device::abi::SYMCOMM_SIGNAL_WORDS;
 use super::control::{Control, ControlTiming};
 use super::fdpass::{self, Listener, LocalLinks};
 use super::memory::ControlBlock;
-use super::{
-    CommOptions, Communicator, Device, TAG_DEVICES, TAG_INIT, TAG_LINKS, TAG_LINKS_DONE, TAG_P2P,
-    coll,
-};
+use super::payload::{self, DeviceDesc, Tag};
+use super::{CommOptions, Communicator, Device, coll, peers_succeeded};
 use crate::backend::{Backend, cuda};
 use crate::bootstrap::{self, BootstrapConfig, UniqueId};
 use crate::config::raw_value;
@@ -112,7 +110,7 @@ impl Communicator {
             block,
             me: Weak::new(),
         };
-        comm.agree(TAG_INIT, "opening the device", status)?;
+        comm.agree(Tag::Init, "opening the device", status)?;
         if comm.spans_one_host() {
             comm.check_devices()?;
             comm.connect_local_team()?;
@@ -138,11 +136,13 @@ impl Communicator {
             Backend::Emu => None,
             Backend::Cuda(d) => Some(cuda::gpu_uuid(d.ordinal()).unwrap_or([0; 16])),
         };
-        let mut mine = vec![u8::from(uuid.is_some())];
-        mine.extend_from_slice(&uuid.unwrap_or([0; 16]));
-        let all = self
-            .control
-            .all_gather(TAG_DEVICES, "comparing devices", &mine)?;
+        let mine = uuid.map_or(DeviceDesc::Emu, DeviceDesc::Cuda);
+        let all = self.gather(
+            Tag::Devices,
+            "comparing devices",
+            &payload::encode_device(&mine),
+            payload::decode_device,
+        )?;
         // Ranks of the local team on the same device as this one (all the same kind here, or
         // the check below fails).
         let sharing: Vec<u32> = self
@@ -156,17 +156,14 @@ impl Communicator {
         if let Backend::Cuda(d) = &self.backend {
             self.warn_sharing(d.ordinal(), &sharing);
         }
-        let kind = |d: &[u8]| {
-            if d.first() == Some(&1) {
-                "a CUDA GPU"
-            } else {
-                "the emulator"
-            }
+        let kind = |d: &DeviceDesc| match d {
+            DeviceDesc::Cuda(_) => "a CUDA GPU",
+            DeviceDesc::Emu => "the emulator",
         };
         if let Some((peer, theirs)) = all
             .iter()
             .enumerate()
-            .find(|(_, d)| d.first() != mine.first())
+            .find(|(_, d)| std::mem::discriminant(*d) != std::mem::discriminant(&mine))
         {
             return Err(Error::Mismatch {
                 rank: self.rank,
@@ -179,11 +176,11 @@ impl Communicator {
                 ),
             });
         }
-        let reachable = match &self.backend {
-            Backend::Emu => Ok(()),
-            Backend::Cuda(d) => Self::peer_access(d.ordinal(), &mine[1..], &all),
+        let reachable = match (&self.backend, &uuid) {
+            (Backend::Cuda(d), Some(uuid)) => Self::peer_access(d.ordinal(), uuid, &all),
+            _ => Ok(()),
         };
-        self.agree(TAG_P2P, "checking peer access between the GPUs", reachable)
+        self.agree(Tag::P2p, "checking peer access between the GPUs", reachable)
     }
 
     /// Warnings for ranks that share GPU `ordinal` (`sharing`, this rank included) where the
@@ -230,20 +227,19 @@ impl Communicator {
 
     /// Whether GPU `ordinal` (uuid `mine`) can access the GPU of every rank in `all` that is
     /// visible to this process (ranks on GPUs it cannot see are left to the driver's checks).
-    fn peer_access(ordinal: usize, mine: &[u8], all: &[Vec<u8>]) -> Result<()> {
+    fn peer_access(ordinal: usize, mine: &[u8; 16], all: &[DeviceDesc]) -> Result<()> {
         let info = cuda::probe()?;
         let uuids: Vec<Option<[u8; 16]>> = (0..info.devices.len())
             .map(|o| cuda::gpu_uuid(o).ok())
             .collect();
         for (r, desc) in all.iter().enumerate() {
-            let theirs = desc.get(1..).unwrap_or_default();
+            let DeviceDesc::Cuda(theirs) = desc else {
+                continue;
+            };
             if theirs == mine || theirs.iter().all(|&b| b == 0) {
                 continue;
             }
-            let Some(o) = uuids
-                .iter()
-                .position(|u| u.as_ref().map(|u| &u[..]) == Some(theirs))
-            else {
+            let Some(o) = uuids.iter().position(|u| u.as_ref() == Some(theirs)) else {
                 continue;
             };
             let ok = info
@@ -282,34 +278,32 @@ impl Communicator {
         } else {
             None
         };
+        // The leader's socket name (or why it has none); the others send an empty one.
         let name = match &listener {
-            Some(Ok(l)) => l.name().to_vec(),
-            _ => Vec::new(),
+            Some(l) => l.as_ref().map(|l| l.name().to_vec()),
+            None => Ok(Vec::new()),
         };
-        let mut payload = vec![u8::from(!matches!(listener, Some(Err(_))))];
-        payload.extend_from_slice(&name);
-        let all = self
-            .control
-            .all_gather(TAG_LINKS, "connecting the local team", &payload)?;
-        let theirs = &all[leader as usize];
-        if theirs.first() != Some(&1) {
-            return Err(Error::PeerFailed {
+        let all = self.gather(
+            Tag::Links,
+            "connecting the local team",
+            &payload::encode_socket_name(&name),
+            payload::decode_socket_name,
+        )?;
+        let opening = "opening the local socket";
+        let theirs = peers_succeeded(opening, all)?
+            .into_iter()
+            .nth(leader as usize)
+            .ok_or_else(|| Error::PeerFailed {
                 rank: leader,
-                what: "opening the local socket".into(),
-                message: "see that rank's error".into(),
-            });
-        }
+                what: opening.into(),
+                message: "no socket name from the local leader".into(),
+            })?;
         let deadline = Instant::now() + self.op_timeout;
         let links = match listener {
             Some(l) => LocalLinks::accept(l?, &team, &self.table, deadline),
-            None => LocalLinks::connect(
-                &theirs[1..],
-                self.rank,
-                &self.table[leader as usize],
-                deadline,
-            ),
+            None => LocalLinks::connect(&theirs, self.rank, &self.table[leader as usize], deadline),
         };
-        self.links = Some(self.agree(TAG_LINKS_DONE, "connecting the local team", links)?);
+        self.links = Some(self.agree(Tag::LinksDone, "connecting the local team", links)?);
         Ok(())
     }
 }

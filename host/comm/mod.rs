@@ -8,10 +8,11 @@
 //! The parts: `options.rs` (where kernels run and the timing: [`Device`], [`CommOptions`]),
 //! `init.rs` (joining: the rendezvous, the device checks, the local team's links), `alloc.rs`
 //! (the collective allocation behind windows and the signal area), `record.rs` (the errors
-//! kernels record, in words), `control.rs` (the control plane), `fdpass.rs` (memory handles
-//! between the ranks of a host), `memory.rs` (the flat window layout, the control block),
-//! `window.rs` ([`Window`]) and `coll.rs` + `coll/` (the host collectives). This file has the
-//! [`Communicator`] type, its accessors and the pieces they share.
+//! kernels record, in words), `control.rs` (the control plane), `payload.rs` (its tags and
+//! typed payloads), `fdpass.rs` (memory handles between the ranks of a host), `memory.rs` (the
+//! flat window layout, the control block), `window.rs` ([`Window`]) and `coll.rs` + `coll/` (the
+//! host collectives). This file has the [`Communicator`] type, its accessors and the pieces they
+//! share (the agreement of a step among the ranks, typed gathers).
 
 mod alloc;
 pub(crate) mod coll;
@@ -20,6 +21,7 @@ mod fdpass;
 mod init;
 mod memory;
 mod options;
+mod payload;
 mod record;
 mod window;
 
@@ -44,18 +46,7 @@ pub use window::{Window, WindowHandle};
 use control::Control;
 use fdpass::LocalLinks;
 use memory::{ControlBlock, FlatMapping};
-
-// Tags of the host-side all-gathers (ranks must agree on them).
-const TAG_INIT: u32 = 0x100;
-const TAG_DEVICES: u32 = 0x103;
-const TAG_P2P: u32 = 0x104;
-const TAG_LINKS: u32 = 0x101;
-const TAG_LINKS_DONE: u32 = 0x102;
-const TAG_ALLOC: u32 = 0x200;
-const TAG_SEGMENT: u32 = 0x201;
-const TAG_MAPPED: u32 = 0x202;
-const TAG_LANE: u32 = 0x203;
-const TAG_BARRIER: u32 = 0x300;
+use payload::{Outcome, Tag};
 
 /// One rank's communicator. It holds the bootstrap links (the control plane: heartbeats,
 /// peer-loss detection), the backend (a GPU or the emulator), the device-visible abort flag and
@@ -192,23 +183,6 @@ impl std::fmt::Debug for Communicator {
             .field("backend", &self.backend.name())
             .field("local_team", &self.local.ranks())
             .finish_non_exhaustive()
-    }
-}
-
-/// `[1]` for success, `[0, message...]` for a failure (message cut to fit a gather).
-fn encode_status<T>(r: &Result<T>) -> Vec<u8> {
-    match r {
-        Ok(_) => vec![1],
-        Err(e) => {
-            let msg = e.to_string();
-            let mut end = msg.len().min(900);
-            while !msg.is_char_boundary(end) {
-                end -= 1;
-            }
-            let mut v = vec![0];
-            v.extend_from_slice(&msg.as_bytes()[..end]);
-            v
-        }
     }
 }
 
@@ -383,7 +357,7 @@ impl Communicator {
     /// [`Error::PeerLost`], [`Error::HostTimeout`], [`Error::Mismatch`] (another rank made a
     /// different collective call).
     pub fn barrier(&self) -> Result<()> {
-        self.control.barrier(TAG_BARRIER, "barrier")
+        self.control.barrier(Tag::Barrier, "barrier")
     }
 
     /// Aborts this communicator from any thread, returning at once: raises the abort flag (this
@@ -431,21 +405,55 @@ impl Communicator {
 
     /// All ranks report the outcome of a step; every rank fails if any did (this rank with its
     /// own error, the others with [`Error::PeerFailed`]).
-    fn agree<T>(&self, tag: u32, what: &str, mine: Result<T>) -> Result<T> {
-        let all = self.control.all_gather(tag, what, &encode_status(&mine));
+    fn agree<T>(&self, tag: Tag, what: &str, mine: Result<T>) -> Result<T> {
+        let all = self.gather(
+            tag,
+            what,
+            &payload::encode_status(&mine),
+            payload::decode_status,
+        );
         let value = mine?;
-        for (r, s) in all?.iter().enumerate() {
-            if s.first() != Some(&1) {
-                let msg = String::from_utf8_lossy(s.get(1..).unwrap_or_default());
-                return Err(Error::PeerFailed {
-                    rank: r as u32,
-                    what: what.to_owned(),
-                    message: msg.into_owned(),
-                });
-            }
-        }
+        peers_succeeded(what, all?)?;
         Ok(value)
     }
+
+    /// A host-side all-gather of typed contributions: `mine` encoded, every rank's decoded with
+    /// `decode` (in rank order). A contribution that does not decode fails the call with
+    /// [`Error::PeerFailed`] naming its rank.
+    fn gather<T>(
+        &self,
+        tag: Tag,
+        what: &str,
+        mine: &[u8],
+        decode: fn(&[u8]) -> std::result::Result<T, crate::bootstrap::wire::FrameError>,
+    ) -> Result<Vec<T>> {
+        let all = self.control.all_gather(tag, what, mine)?;
+        all.iter()
+            .enumerate()
+            .map(|(r, bytes)| {
+                decode(bytes).map_err(|e| Error::PeerFailed {
+                    rank: r as u32,
+                    what: what.to_owned(),
+                    message: format!("its contribution does not decode ({e})"),
+                })
+            })
+            .collect()
+    }
+}
+
+/// Every rank's value, or [`Error::PeerFailed`] for the first rank that failed `what` (with its
+/// error's message).
+fn peers_succeeded<T>(what: &str, all: Vec<Outcome<T>>) -> Result<Vec<T>> {
+    all.into_iter()
+        .enumerate()
+        .map(|(r, outcome)| {
+            outcome.map_err(|message| Error::PeerFailed {
+                rank: r as u32,
+                what: what.to_owned(),
+                message,
+            })
+        })
+        .collect()
 }
 
 impl Drop for Communicator {
