@@ -67,8 +67,8 @@ struct Link {
 
 #[derive(Default)]
 struct State {
-    /// The first rank lost and why (the reason of its [`Error::PeerLost`]).
-    fault: Option<(u32, String)>,
+    /// The first rank lost, as the [`Error::PeerLost`] every later host operation returns.
+    fault: Option<Error>,
     /// Ranks whose communicator said goodbye (indexed by rank), with what they had done.
     departed: Vec<Option<Left>>,
     /// Collective calls this rank made ([`Control::begin_call`]).
@@ -79,9 +79,9 @@ struct State {
     pending: BTreeMap<u64, Vec<Option<Contribution>>>,
     /// Completed gathers not yet collected by the caller.
     done: BTreeMap<u64, Vec<Contribution>>,
-    /// Set when a host-side operation timed out (the operation and the timeout in ms): ranks
-    /// disagree on the sequence of calls.
-    broken: Option<(String, u64)>,
+    /// Set when a host-side operation timed out (ranks disagree on the sequence of calls): the
+    /// [`Error::HostTimeout`] every later host operation returns.
+    broken: Option<Error>,
     /// This rank aborted: its links are shut down and losses are no longer reported.
     aborted: bool,
 }
@@ -131,7 +131,7 @@ impl Control {
     ) -> Result<Self> {
         let io_err = |what: &str| {
             let what = what.to_owned();
-            move |source| Error::Io { what, source }
+            move |source| Error::io(what, source)
         };
         let mut links = Vec::new();
         match link {
@@ -267,13 +267,15 @@ impl Control {
             }
             let now = Instant::now();
             if now >= deadline {
-                let timeout_ms = shared.timing.op_timeout.as_millis() as u64;
-                st.broken = Some((format!("{what} (host operation {seq}"), timeout_ms));
-                return Err(Error::HostTimeout {
+                let timeout = |what: String| Error::HostTimeout {
                     rank: shared.rank,
-                    what: what.to_owned(),
-                    timeout_ms,
-                });
+                    what,
+                    timeout_ms: shared.timing.op_timeout.as_millis() as u64,
+                };
+                st.broken = Some(timeout(format!(
+                    "{what} (host operation {seq}, an earlier call: the control plane is unusable since)"
+                )));
+                return Err(timeout(what.to_owned()));
             }
             st = shared
                 .cond
@@ -358,22 +360,13 @@ fn lost_reason(why: LostReason) -> &'static str {
 /// The error of every host operation in this state: a lost rank, then a local abort, then an
 /// earlier host timeout (the same [`Error::HostTimeout`] again).
 fn state_error(st: &State, shared: &Shared) -> Option<Error> {
-    if let Some((rank, reason)) = &st.fault {
-        return Some(Error::PeerLost {
-            rank: *rank,
-            reason: reason.clone(),
-        });
+    if let Some(e) = &st.fault {
+        return Some(e.clone());
     }
     if st.aborted {
         return Some(aborted_error(shared.rank));
     }
-    st.broken
-        .as_ref()
-        .map(|(what, timeout_ms)| Error::HostTimeout {
-            rank: shared.rank,
-            what: format!("{what}, an earlier call: the control plane is unusable since)"),
-            timeout_ms: *timeout_ms,
-        })
+    st.broken.clone()
 }
 
 /// The error of host calls after [`Control::abort`].
@@ -477,7 +470,7 @@ fn fail(shared: &Shared, rank: u32, reason: String) -> bool {
             "rank {}: rank {rank} is lost: {reason}; aborting this communicator",
             shared.rank,
         );
-        st.fault = Some((rank, reason));
+        st.fault = Some(Error::PeerLost { rank, reason });
         shared.cond.notify_all();
     }
     (shared.on_fault)(rank);
