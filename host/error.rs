@@ -1,3 +1,5 @@
+use std::sync::Arc;
+
 /// Result of every fallible symcomm call.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -6,7 +8,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// CUDA failures name the call and the CUDA error (`cuModuleLoadData failed:
 /// CUDA_ERROR_INVALID_IMAGE`); device-side failures carry the rank, peer and operation recorded by
 /// the kernel.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Clone` (the I/O errors inside are shared, [`Arc`]): a sticky error — a failed stream's, a
+/// failed driver load's — is returned again as the same variant with the same source.
+/// [`Error::is_timeout`] tells the deadlines that passed apart from the other failures.
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// No CUDA driver library (libcuda) could be loaded on this machine.
@@ -162,17 +168,37 @@ pub enum Error {
         /// Human-readable specifics.
         detail: String,
     },
-    /// An I/O error, with what was being done.
+    /// An I/O error, with what was being done ([`Error::io`] makes one).
     #[error("{what}: {source}")]
     Io {
         /// What failed.
         what: String,
-        /// The I/O error.
-        source: std::io::Error,
+        /// The I/O error (shared, so that the error can be cloned).
+        source: Arc<std::io::Error>,
     },
 }
 
 impl Error {
+    /// [`Error::Io`]: `source` happened while doing `what`.
+    pub fn io(what: impl Into<String>, source: std::io::Error) -> Error {
+        Error::Io {
+            what: what.into(),
+            source: Arc::new(source),
+        }
+    }
+
+    /// Whether a deadline passed: a device-side wait ([`Error::Timeout`]), a host-side
+    /// collective operation ([`Error::HostTimeout`]), the bootstrap rendezvous
+    /// ([`Error::InitTimeout`]), or a bounded wait on a socket ([`Error::Io`] of kind
+    /// [`TimedOut`](std::io::ErrorKind::TimedOut), e.g. the local ranks' handle exchange).
+    pub fn is_timeout(&self) -> bool {
+        match self {
+            Error::Timeout { .. } | Error::HostTimeout { .. } | Error::InitTimeout { .. } => true,
+            Error::Io { source, .. } => source.kind() == std::io::ErrorKind::TimedOut,
+            _ => false,
+        }
+    }
+
     /// The error a kernel recorded in a rank's `ErrorRecord` (`record_error` and the device
     /// library's waits), as the host reports it after a launch: Timeout / Aborted / Mismatch /
     /// InvalidArgument / Unsupported (ABI), with the record's operation and detail decoded into
@@ -246,5 +272,72 @@ fn rank_list(ranks: &[u32]) -> String {
         format!("[{}, ... and {more} more]", list.join(", "))
     } else {
         format!("[{}]", list.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    #[test]
+    fn timeouts_are_told_apart_from_other_failures() {
+        let timeouts = [
+            Error::Timeout {
+                rank: 0,
+                peer: 1,
+                op: "barrier",
+                detail: "barrier index 3".into(),
+            },
+            Error::HostTimeout {
+                rank: 0,
+                what: "barrier".into(),
+                timeout_ms: 10,
+            },
+            Error::InitTimeout {
+                rank: 1,
+                missing: vec![0],
+                timeout_ms: 10,
+                auth_failed: Vec::new(),
+            },
+            Error::io("waiting", std::io::ErrorKind::TimedOut.into()),
+        ];
+        for e in &timeouts {
+            assert!(e.is_timeout(), "{e}");
+            assert!(e.clone().is_timeout(), "{e}");
+        }
+        let others = [
+            Error::Aborted {
+                rank: 0,
+                peer: 1,
+                op: "barrier",
+                detail: String::new(),
+            },
+            Error::PeerLost {
+                rank: 1,
+                reason: "it sent no heartbeat within the peer timeout".into(),
+            },
+            Error::io("reading", std::io::ErrorKind::UnexpectedEof.into()),
+            Error::InvalidArgument("timeout".into()),
+        ];
+        for e in &others {
+            assert!(!e.is_timeout(), "{e}");
+        }
+    }
+
+    #[test]
+    fn clones_share_the_io_source_and_show_the_same() {
+        let e = Error::io("binding", std::io::Error::other("address in use"));
+        let c = e.clone();
+        assert_eq!(c.to_string(), e.to_string());
+        assert_eq!(c.to_string(), "binding: address in use");
+        let (Error::Io { source: a, .. }, Error::Io { source: b, .. }) = (&e, &c) else {
+            panic!("not I/O errors");
+        };
+        assert!(Arc::ptr_eq(a, b));
+        // The source chain is kept: the I/O error is the clone's source.
+        let source = std::error::Error::source(&c).unwrap();
+        assert_eq!(source.to_string(), "address in use");
     }
 }

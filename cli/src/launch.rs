@@ -195,10 +195,7 @@ fn rank_env(id: &str, rank: u32, nranks: u32) -> [(&'static str, String); 6] {
 fn fresh_id() -> symcomm::Result<UniqueId> {
     let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .and_then(|listener| listener.local_addr())
-        .map_err(|source| symcomm::Error::Io {
-            what: "finding a free port on 127.0.0.1".into(),
-            source,
-        })?
+        .map_err(|source| symcomm::Error::io("finding a free port on 127.0.0.1", source))?
         .port();
     UniqueId::from_parts(
         SocketAddr::from((Ipv4Addr::LOCALHOST, port)),

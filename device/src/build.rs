@@ -109,9 +109,9 @@ impl DeviceBuild {
     /// [`Error::Io`] when the directory cannot be read.
     pub fn sources_in(mut self, dir: impl AsRef<Path>) -> Result<Self, Error> {
         let dir = dir.as_ref();
-        let io = |source| Error::Io {
+        let io = |source: std::io::Error| Error::Io {
             path: dir.to_owned(),
-            source,
+            source: source.into(),
         };
         let mut found = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(io)? {
@@ -246,7 +246,7 @@ impl DeviceBuild {
         );
         std::fs::write(&image_rs, code).map_err(|source| Error::Io {
             path: image_rs.clone(),
-            source,
+            source: source.into(),
         })?;
         Ok(BuildOutput {
             image_rs,
@@ -284,7 +284,7 @@ impl DeviceBuild {
         let wrap_dir = out_dir.join("emu");
         std::fs::create_dir_all(&wrap_dir).map_err(|source| Error::Io {
             path: wrap_dir.clone(),
-            source,
+            source: source.into(),
         })?;
         let mut build = cc::Build::new();
         build
@@ -305,7 +305,7 @@ impl DeviceBuild {
         for src in &self.sources {
             let abs = std::fs::canonicalize(src).map_err(|source| Error::Io {
                 path: src.clone(),
-                source,
+                source: source.into(),
             })?;
             let stem = src
                 .file_stem()
@@ -315,7 +315,7 @@ impl DeviceBuild {
             let text = format!("#include \"{}\"\n", abs.display());
             std::fs::write(&wrapper, text).map_err(|source| Error::Io {
                 path: wrapper.clone(),
-                source,
+                source: source.into(),
             })?;
             build.file(&wrapper);
         }
@@ -343,7 +343,7 @@ impl DeviceBuild {
         let keep = out_dir.join(format!("nvcc-{stem}"));
         std::fs::create_dir_all(&keep).map_err(|source| Error::Io {
             path: keep.clone(),
-            source,
+            source: source.into(),
         })?;
         let mut cmd = Command::new(&nvcc.path);
         cmd.arg("-fatbin")
@@ -364,7 +364,7 @@ impl DeviceBuild {
         let out = cmd.output().map_err(|source| Error::ToolStart {
             tool: "nvcc",
             path: nvcc.path.clone(),
-            source,
+            source: source.into(),
         })?;
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         if !out.status.success() {
@@ -378,7 +378,7 @@ impl DeviceBuild {
         std::fs::write(out_dir.join(format!("{stem}.ptxas.txt")), &stderr).map_err(|source| {
             Error::Io {
                 path: out_dir.to_owned(),
-                source,
+                source: source.into(),
             }
         })?;
         let ptx_isa = std::fs::read_dir(&keep)
@@ -520,14 +520,14 @@ impl DeviceBuild {
 fn read(p: &Path) -> Result<String, Error> {
     std::fs::read_to_string(p).map_err(|source| Error::Io {
         path: p.to_owned(),
-        source,
+        source: source.into(),
     })
 }
 
 fn walk(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, String)>) -> Result<(), Error> {
-    let io = |source| Error::Io {
+    let io = |source: std::io::Error| Error::Io {
         path: dir.to_owned(),
-        source,
+        source: source.into(),
     };
     for entry in std::fs::read_dir(dir).map_err(io)? {
         let path = entry.map_err(io)?.path();
@@ -585,7 +585,7 @@ fn nvcc_version(nvcc: &Nvcc) -> Result<String, Error> {
         .map_err(|source| Error::ToolStart {
             tool: "nvcc",
             path: nvcc.path.clone(),
-            source,
+            source: source.into(),
         })?;
     if !out.status.success() {
         return Err(Error::CompileFailed {

@@ -1,7 +1,11 @@
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Errors of the device crate: building device code and running the emulator.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Clone`: the I/O errors inside are shared (`Arc`), so an error can be reported again (a
+/// failed stream's sticky error) without losing its kind or source.
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A tool (nvcc, ptxas, the host C++ compiler) could not be started.
@@ -12,7 +16,7 @@ pub enum Error {
         /// The path that was run.
         path: PathBuf,
         /// Why it did not start.
-        source: std::io::Error,
+        source: Arc<std::io::Error>,
     },
     /// A compiler ran and failed.
     #[error("{tool} failed on {what} (exit status {status}):\n{stderr}")]
@@ -44,7 +48,7 @@ pub enum Error {
         /// The file or directory.
         path: PathBuf,
         /// The I/O error.
-        source: std::io::Error,
+        source: Arc<std::io::Error>,
     },
     /// A required build-script environment variable is missing (`OUT_DIR`, ...).
     #[error("environment variable {0} is not set (is this running inside a build script?)")]

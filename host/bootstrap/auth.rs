@@ -50,9 +50,11 @@ pub(crate) fn nonce() -> Result<Nonce> {
 
 /// Fills `buf` from the OS CSPRNG.
 pub(crate) fn fill_random(buf: &mut [u8]) -> Result<()> {
-    getrandom::fill(buf).map_err(|e| Error::Io {
-        what: "reading the OS random number generator".into(),
-        source: std::io::Error::other(e.to_string()),
+    getrandom::fill(buf).map_err(|e| {
+        Error::io(
+            "reading the OS random number generator",
+            std::io::Error::other(e.to_string()),
+        )
     })
 }
 

@@ -45,9 +45,11 @@ pub(super) fn run(config: &BootstrapConfig, host_id: String, start: Instant) -> 
     let mut backoff = Duration::from_millis(5);
     let (stream, claims, client_nonce, root_nonce) = loop {
         let (stream, client_nonce, root_nonce) = open(config, root, bind_ip, deadline)?;
-        let local = stream.local_addr().map_err(|source| Error::Io {
-            what: "reading the local address of the bootstrap connection".into(),
-            source,
+        let local = stream.local_addr().map_err(|source| {
+            Error::io(
+                "reading the local address of the bootstrap connection",
+                source,
+            )
         })?;
         let claims = Claims {
             rank: config.rank,

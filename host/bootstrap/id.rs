@@ -122,14 +122,11 @@ impl UniqueId {
                 "the root address {ip} is not connectable; give the address of one interface"
             )));
         }
-        let listener = TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|source| Error::Io {
-            what: format!("reserving a bootstrap port on {ip}"),
-            source,
-        })?;
-        let addr = listener.local_addr().map_err(|source| Error::Io {
-            what: "reading the reserved bootstrap port".into(),
-            source,
-        })?;
+        let listener = TcpListener::bind(SocketAddr::new(ip, 0))
+            .map_err(|source| Error::io(format!("reserving a bootstrap port on {ip}"), source))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| Error::io("reading the reserved bootstrap port", source))?;
         let mut bytes = [0u8; 16];
         auth::fill_random(&mut bytes)?;
         static NEXT_KEY: AtomicU64 = AtomicU64::new(0);

@@ -23,9 +23,11 @@ pub(crate) struct Iface {
 
 /// Every IPv4/IPv6 address of this machine's interfaces (`getifaddrs`).
 pub(crate) fn interfaces() -> Result<Vec<Iface>> {
-    let list = getifaddrs().map_err(|e| Error::Io {
-        what: "listing network interfaces (getifaddrs)".into(),
-        source: io::Error::from(e),
+    let list = getifaddrs().map_err(|e| {
+        Error::io(
+            "listing network interfaces (getifaddrs)",
+            io::Error::from(e),
+        )
     })?;
     let mut out = Vec::new();
     for ifa in list {
@@ -162,10 +164,10 @@ pub(crate) fn bind_listener(addr: SocketAddr, retry_for: Duration) -> Result<Tcp
                     }
                     _ => "",
                 };
-                return Err(Error::Io {
-                    what: format!("binding the bootstrap root listener on {addr}{hint}"),
+                return Err(Error::io(
+                    format!("binding the bootstrap root listener on {addr}{hint}"),
                     source,
-                });
+                ));
             }
         }
     }
@@ -213,13 +215,11 @@ pub(crate) fn connect(
                 backoff = (backoff * 2).min(Duration::from_millis(200));
             }
             Err(source) => {
-                return Err(ConnectError::Fatal(Error::Io {
-                    what: match bind_ip {
-                        Some(ip) => format!("connecting from {ip} to the bootstrap root at {root}"),
-                        None => format!("connecting to the bootstrap root at {root}"),
-                    },
-                    source,
-                }));
+                let what = match bind_ip {
+                    Some(ip) => format!("connecting from {ip} to the bootstrap root at {root}"),
+                    None => format!("connecting to the bootstrap root at {root}"),
+                };
+                return Err(ConnectError::Fatal(Error::io(what, source)));
             }
         }
     }

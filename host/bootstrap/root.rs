@@ -85,10 +85,7 @@ fn hello_timeout() -> Duration {
 }
 
 fn io_err(what: &str) -> impl FnOnce(io::Error) -> Error + '_ {
-    move |source| Error::Io {
-        what: what.to_owned(),
-        source,
-    }
+    move |source| Error::io(what.to_owned(), source)
 }
 
 pub(super) fn run(config: &BootstrapConfig, host_id: String, start: Instant) -> Result<Bootstrap> {
@@ -434,10 +431,10 @@ impl<'a> Root<'a> {
                     Ok(_) => {}
                     Err(Errno::EINTR) => continue,
                     Err(e) => {
-                        return Err(Error::Io {
-                            what: "polling the bootstrap sockets".into(),
-                            source: io::Error::from(e),
-                        });
+                        return Err(Error::io(
+                            "polling the bootstrap sockets",
+                            io::Error::from(e),
+                        ));
                     }
                 }
                 fds.iter()

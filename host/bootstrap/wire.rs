@@ -266,13 +266,20 @@ fn frame(kind: FrameType, payload: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Cursor over a payload; every read is bounds-checked.
-struct Cursor<'a> {
+/// Cursor over a payload; every read is bounds-checked and a short payload is
+/// [`FrameError::Malformed`] naming the field (also the decoder of the control plane's payloads,
+/// `comm/payload.rs`).
+pub(crate) struct Cursor<'a> {
     buf: &'a [u8],
 }
 
 impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], FrameError> {
+    /// A cursor at the start of `buf`.
+    pub(crate) fn new(buf: &'a [u8]) -> Self {
+        Cursor { buf }
+    }
+    /// The next `n` bytes.
+    pub(crate) fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], FrameError> {
         if self.buf.len() < n {
             return Err(FrameError::Malformed(what));
         }
@@ -280,24 +287,27 @@ impl<'a> Cursor<'a> {
         self.buf = tail;
         Ok(head)
     }
-    fn u8(&mut self, what: &'static str) -> Result<u8, FrameError> {
+    pub(crate) fn u8(&mut self, what: &'static str) -> Result<u8, FrameError> {
         Ok(self.take(1, what)?[0])
     }
-    fn u16(&mut self, what: &'static str) -> Result<u16, FrameError> {
+    pub(crate) fn u16(&mut self, what: &'static str) -> Result<u16, FrameError> {
         let b = self.take(2, what)?;
         Ok(u16::from_be_bytes([b[0], b[1]]))
     }
-    fn u64(&mut self, what: &'static str) -> Result<u64, FrameError> {
+    pub(crate) fn u64(&mut self, what: &'static str) -> Result<u64, FrameError> {
         let hi = u64::from(self.u32(what)?);
         let lo = u64::from(self.u32(what)?);
         Ok(hi << 32 | lo)
     }
 
-    fn u32(&mut self, what: &'static str) -> Result<u32, FrameError> {
+    pub(crate) fn u32(&mut self, what: &'static str) -> Result<u32, FrameError> {
         let b = self.take(4, what)?;
         Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
-    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], FrameError> {
+    pub(crate) fn array<const N: usize>(
+        &mut self,
+        what: &'static str,
+    ) -> Result<[u8; N], FrameError> {
         let mut out = [0u8; N];
         out.copy_from_slice(self.take(N, what)?);
         Ok(out)
@@ -315,7 +325,8 @@ impl<'a> Cursor<'a> {
             _ => Err(FrameError::Malformed("address family")),
         }
     }
-    fn string(&mut self, max: usize, what: &'static str) -> Result<String, FrameError> {
+    /// A string of at most `max` bytes: `[length u16][UTF-8 bytes]`.
+    pub(crate) fn string(&mut self, max: usize, what: &'static str) -> Result<String, FrameError> {
         let len = self.u16(what)? as usize;
         if len > max {
             return Err(FrameError::Malformed(what));
@@ -323,7 +334,8 @@ impl<'a> Cursor<'a> {
         let bytes = self.take(len, what)?;
         String::from_utf8(bytes.to_vec()).map_err(|_| FrameError::Malformed(what))
     }
-    fn end(&self) -> Result<(), FrameError> {
+    /// Nothing may follow.
+    pub(crate) fn end(&self) -> Result<(), FrameError> {
         if self.buf.is_empty() {
             Ok(())
         } else {
@@ -347,8 +359,8 @@ fn put_addr(out: &mut Vec<u8>, addr: IpAddr) {
     out.extend_from_slice(&bytes);
 }
 
-/// A string field, cut at `max` bytes on a character boundary.
-fn put_string(out: &mut Vec<u8>, s: &str, max: usize) {
+/// A string field, cut at `max` bytes on a character boundary (read by [`Cursor::string`]).
+pub(crate) fn put_string(out: &mut Vec<u8>, s: &str, max: usize) {
     let mut end = s.len().min(max);
     while !s.is_char_boundary(end) {
         end -= 1;

@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
+use super::payload::Tag;
 use crate::bootstrap::RootLink;
 use crate::bootstrap::wire::{
     self, Contribution, Farewell, FrameType, LostReason, MAX_GATHER, read_frame, write_frame,
@@ -66,8 +67,8 @@ struct Link {
 
 #[derive(Default)]
 struct State {
-    /// The first rank lost and why (the reason of its [`Error::PeerLost`]).
-    fault: Option<(u32, String)>,
+    /// The first rank lost, as the [`Error::PeerLost`] every later host operation returns.
+    fault: Option<Error>,
     /// Ranks whose communicator said goodbye (indexed by rank), with what they had done.
     departed: Vec<Option<Left>>,
     /// Collective calls this rank made ([`Control::begin_call`]).
@@ -78,9 +79,9 @@ struct State {
     pending: BTreeMap<u64, Vec<Option<Contribution>>>,
     /// Completed gathers not yet collected by the caller.
     done: BTreeMap<u64, Vec<Contribution>>,
-    /// Set when a host-side operation timed out (the operation and the timeout in ms): ranks
-    /// disagree on the sequence of calls.
-    broken: Option<(String, u64)>,
+    /// Set when a host-side operation timed out (ranks disagree on the sequence of calls): the
+    /// [`Error::HostTimeout`] every later host operation returns.
+    broken: Option<Error>,
     /// This rank aborted: its links are shut down and losses are no longer reported.
     aborted: bool,
 }
@@ -130,7 +131,7 @@ impl Control {
     ) -> Result<Self> {
         let io_err = |what: &str| {
             let what = what.to_owned();
-            move |source| Error::Io { what, source }
+            move |source| Error::io(what, source)
         };
         let mut links = Vec::new();
         match link {
@@ -220,7 +221,7 @@ impl Control {
     /// Errors: [`Error::PeerLost`] after a fault; [`Error::Mismatch`] when ranks passed different
     /// tags (every rank gets it); [`Error::HostTimeout`] when not every rank made the call in
     /// time (the control plane is unusable afterwards: the ranks' call sequences diverged).
-    pub(crate) fn all_gather(&self, tag: u32, what: &str, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+    pub(crate) fn all_gather(&self, tag: Tag, what: &str, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         if data.len() > MAX_GATHER {
             return Err(Error::InvalidArgument(format!(
                 "host all-gather of {} bytes (at most {MAX_GATHER})",
@@ -239,7 +240,7 @@ impl Control {
         }
         *seq_guard = seq;
         let mine = Contribution {
-            tag,
+            tag: tag.code(),
             data: data.to_vec(),
         };
         if shared.nranks == 1 {
@@ -266,13 +267,15 @@ impl Control {
             }
             let now = Instant::now();
             if now >= deadline {
-                let timeout_ms = shared.timing.op_timeout.as_millis() as u64;
-                st.broken = Some((format!("{what} (host operation {seq}"), timeout_ms));
-                return Err(Error::HostTimeout {
+                let timeout = |what: String| Error::HostTimeout {
                     rank: shared.rank,
-                    what: what.to_owned(),
-                    timeout_ms,
-                });
+                    what,
+                    timeout_ms: shared.timing.op_timeout.as_millis() as u64,
+                };
+                st.broken = Some(timeout(format!(
+                    "{what} (host operation {seq}, an earlier call: the control plane is unusable since)"
+                )));
+                return Err(timeout(what.to_owned()));
             }
             st = shared
                 .cond
@@ -281,12 +284,13 @@ impl Control {
                 .0;
         };
         drop(st);
-        if let Some((peer, other)) = all.iter().enumerate().find(|(_, c)| c.tag != tag) {
+        if let Some((peer, other)) = all.iter().enumerate().find(|(_, c)| c.tag != tag.code()) {
+            let theirs = Tag::from_code(other.tag).map_or_else(String::new, |t| format!("{t:?}, "));
             return Err(Error::Mismatch {
                 rank: shared.rank,
                 peer: peer as u32,
                 what: format!(
-                    "rank {} called {what} while rank {peer} made another host call (tag {:#x})",
+                    "rank {} called {what} while rank {peer} made another host call ({theirs}tag {:#x})",
                     shared.rank, other.tag
                 ),
             });
@@ -318,7 +322,7 @@ impl Control {
     }
 
     /// A barrier over the control plane (an empty all-gather).
-    pub(crate) fn barrier(&self, tag: u32, what: &str) -> Result<()> {
+    pub(crate) fn barrier(&self, tag: Tag, what: &str) -> Result<()> {
         self.all_gather(tag, what, &[]).map(|_| ())
     }
 }
@@ -356,22 +360,13 @@ fn lost_reason(why: LostReason) -> &'static str {
 /// The error of every host operation in this state: a lost rank, then a local abort, then an
 /// earlier host timeout (the same [`Error::HostTimeout`] again).
 fn state_error(st: &State, shared: &Shared) -> Option<Error> {
-    if let Some((rank, reason)) = &st.fault {
-        return Some(Error::PeerLost {
-            rank: *rank,
-            reason: reason.clone(),
-        });
+    if let Some(e) = &st.fault {
+        return Some(e.clone());
     }
     if st.aborted {
         return Some(aborted_error(shared.rank));
     }
-    st.broken
-        .as_ref()
-        .map(|(what, timeout_ms)| Error::HostTimeout {
-            rank: shared.rank,
-            what: format!("{what}, an earlier call: the control plane is unusable since)"),
-            timeout_ms: *timeout_ms,
-        })
+    st.broken.clone()
 }
 
 /// The error of host calls after [`Control::abort`].
@@ -475,7 +470,7 @@ fn fail(shared: &Shared, rank: u32, reason: String) -> bool {
             "rank {}: rank {rank} is lost: {reason}; aborting this communicator",
             shared.rank,
         );
-        st.fault = Some((rank, reason));
+        st.fault = Some(Error::PeerLost { rank, reason });
         shared.cond.notify_all();
     }
     (shared.on_fault)(rank);

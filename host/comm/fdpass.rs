@@ -31,10 +31,7 @@ pub(crate) const MAX_LOCAL: usize = 253;
 
 fn sys_err(what: impl Into<String>) -> impl FnOnce(Errno) -> Error {
     let what = what.into();
-    move |e| Error::Io {
-        what,
-        source: std::io::Error::from(e),
-    }
+    move |e| Error::io(what, std::io::Error::from(e))
 }
 
 /// Waits until `fd` is readable (or writable), bounded by `deadline`.
@@ -47,10 +44,10 @@ fn wait_ready(fd: BorrowedFd<'_>, write: bool, deadline: Instant, what: &str) ->
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(Error::Io {
-                what: what.to_owned(),
-                source: std::io::Error::from(std::io::ErrorKind::TimedOut),
-            });
+            return Err(Error::io(
+                what.to_owned(),
+                std::io::Error::from(std::io::ErrorKind::TimedOut),
+            ));
         }
         let ms = left.as_millis().clamp(1, 1000) as u16;
         let mut fds = [PollFd::new(fd, flags)];
@@ -179,9 +176,11 @@ impl Listener {
     /// Leader: listens on `symcomm/<random nonce>` in the abstract namespace.
     pub(crate) fn open(backlog: usize) -> Result<Self> {
         let mut nonce = [0u8; 16];
-        getrandom::fill(&mut nonce).map_err(|e| Error::Io {
-            what: "drawing a socket name nonce".into(),
-            source: std::io::Error::other(e.to_string()),
+        getrandom::fill(&mut nonce).map_err(|e| {
+            Error::io(
+                "drawing a socket name nonce",
+                std::io::Error::other(e.to_string()),
+            )
         })?;
         let name = format!("symcomm/{}", crate::bootstrap::hex_string(&nonce)).into_bytes();
         let sock = socket(
@@ -302,10 +301,8 @@ impl LocalLinks {
         deadline: Instant,
     ) -> Result<Vec<OwnedFd>> {
         let dup = || {
-            mine.try_clone_to_owned().map_err(|source| Error::Io {
-                what: "duplicating a memory handle".into(),
-                source,
-            })
+            mine.try_clone_to_owned()
+                .map_err(|source| Error::io("duplicating a memory handle", source))
         };
         let tag = seq.to_be_bytes();
         match self {

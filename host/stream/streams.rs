@@ -959,6 +959,57 @@ mod tests {
     }
 
     #[test]
+    fn sticky_errors_keep_their_variant_and_source() {
+        let _g = serial();
+        // Any variant (before `Error: Clone`, those the stream could not copy came back as an
+        // emulator launch error with their message).
+        let stream = Stream::new(&Backend::Emu).unwrap();
+        stream
+            .enqueue_host(|| {
+                Err(Error::PeerLost {
+                    rank: 3,
+                    reason: "gone".into(),
+                })
+            })
+            .unwrap();
+        for e in [
+            stream.synchronize().unwrap_err(),
+            stream.enqueue_host(|| Ok(())).unwrap_err(),
+            stream.is_idle().unwrap_err(),
+        ] {
+            assert!(
+                matches!(&e, Error::PeerLost { rank: 3, reason } if reason == "gone"),
+                "{e:?}"
+            );
+        }
+        // An I/O error comes back with its source, shared rather than rebuilt from its text.
+        let stream = Stream::new(&Backend::Emu).unwrap();
+        stream
+            .enqueue_host(|| {
+                Err(Error::io(
+                    "waiting",
+                    std::io::Error::from(std::io::ErrorKind::TimedOut),
+                ))
+            })
+            .unwrap();
+        let (Error::Io { source: first, .. }, Error::Io { source: again, .. }) = (
+            stream.synchronize().unwrap_err(),
+            stream.synchronize().unwrap_err(),
+        ) else {
+            panic!("not I/O errors");
+        };
+        assert!(Arc::ptr_eq(&first, &again));
+        assert_eq!(first.kind(), std::io::ErrorKind::TimedOut);
+        assert!(
+            Error::Io {
+                what: "waiting".into(),
+                source: first
+            }
+            .is_timeout()
+        );
+    }
+
+    #[test]
     fn events_order_streams() {
         let _g = serial();
         let a = Stream::new(&Backend::Emu).unwrap();

@@ -87,11 +87,10 @@ pub(super) struct DriverLib {
 
 /// Loads libcuda (once per process) and checks its symbols.
 pub(super) fn driver() -> Result<DriverLib> {
-    static STATE: OnceLock<std::result::Result<DriverLib, String>> = OnceLock::new();
+    static STATE: OnceLock<Result<DriverLib>> = OnceLock::new();
     STATE
-        .get_or_init(load_driver)
+        .get_or_init(|| load_driver().map_err(Error::NoDriver))
         .clone()
-        .map_err(Error::NoDriver)
 }
 
 fn load_driver() -> std::result::Result<DriverLib, String> {
@@ -139,14 +138,15 @@ fn candidates(name: &str) -> Vec<String> {
 
 /// Loads libnvrtc (once per process) and checks its symbols.
 pub(super) fn nvrtc() -> Result<()> {
-    static STATE: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    static STATE: OnceLock<Result<()>> = OnceLock::new();
     STATE
-        .get_or_init(load_nvrtc)
-        .clone()
-        .map_err(|error| Error::Nvrtc {
-            call: "load libnvrtc",
-            error,
+        .get_or_init(|| {
+            load_nvrtc().map_err(|error| Error::Nvrtc {
+                call: "load libnvrtc",
+                error,
+            })
         })
+        .clone()
 }
 
 /// libnvrtc (and its libnvrtc-builtins) opened by path from outside the loader's search path,

@@ -41,7 +41,7 @@ pub(super) const VMM_SYMBOLS: &[&str] = &[
 ];
 
 fn vmm_available() -> Result<()> {
-    static STATE: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    static STATE: OnceLock<Result<()>> = OnceLock::new();
     STATE
         .get_or_init(|| {
             // SAFETY: only called with a `CudaDevice` in hand, so the driver library was loaded
@@ -56,14 +56,13 @@ fn vmm_available() -> Result<()> {
             if missing.is_empty() {
                 Ok(())
             } else {
-                Err(format!(
+                Err(Error::NoDriver(format!(
                     "the CUDA driver lacks {} (virtual memory management)",
                     missing.join(", ")
-                ))
+                )))
             }
         })
         .clone()
-        .map_err(Error::NoDriver)
 }
 
 fn location(ctx: &Context) -> dsys::CUmemLocation {

@@ -20,10 +20,7 @@ use nix::sys::mman::{MapFlags, ProtFlags, mmap, mmap_anonymous, munmap};
 use crate::{DevicePlain, Error, Result};
 
 fn sys_err(what: String) -> impl FnOnce(nix::errno::Errno) -> Error {
-    move |e| Error::Io {
-        what,
-        source: std::io::Error::from(e),
-    }
+    move |e| Error::io(what, std::io::Error::from(e))
 }
 
 /// Size granularity of one rank's window copy: the page size.
@@ -229,9 +226,11 @@ impl HostBuffer {
         })?;
         // SAFETY: the layout has a non-zero size (callers refuse 0 bytes).
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(ptr).ok_or_else(|| Error::Io {
-            what: format!("allocating a {bytes}-byte emulator buffer"),
-            source: std::io::ErrorKind::OutOfMemory.into(),
+        let ptr = NonNull::new(ptr).ok_or_else(|| {
+            Error::io(
+                format!("allocating a {bytes}-byte emulator buffer"),
+                std::io::ErrorKind::OutOfMemory.into(),
+            )
         })?;
         Ok(HostBuffer { ptr, layout })
     }

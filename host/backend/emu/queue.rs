@@ -57,7 +57,7 @@ impl Queue {
     fn push_all(&self, items: impl IntoIterator<Item = HostFn>) -> Result<u64> {
         let mut st = self.lock();
         if let Some((_, e)) = &st.error {
-            return Err(replicate(e));
+            return Err(e.clone());
         }
         for item in items {
             st.items.push_back(item);
@@ -72,7 +72,7 @@ impl Queue {
     /// The stream's error, if it failed.
     fn sticky(&self) -> Result<()> {
         match &self.lock().error {
-            Some((_, e)) => Err(replicate(e)),
+            Some((_, e)) => Err(e.clone()),
             None => Ok(()),
         }
     }
@@ -88,7 +88,7 @@ impl Queue {
                 .unwrap_or_else(PoisonError::into_inner);
         }
         match &st.error {
-            Some((failed, e)) if *failed <= ticket => Err(replicate(e)),
+            Some((failed, e)) if *failed <= ticket => Err(e.clone()),
             _ => Ok(()),
         }
     }
@@ -97,7 +97,7 @@ impl Queue {
     fn reached(&self, ticket: u64) -> Result<bool> {
         let st = self.lock();
         match &st.error {
-            Some((failed, e)) if *failed <= ticket => Err(replicate(e)),
+            Some((failed, e)) if *failed <= ticket => Err(e.clone()),
             _ => Ok(st.completed >= ticket),
         }
     }
@@ -175,106 +175,6 @@ fn run_item(item: &HostFn) -> Result<()> {
     }
 }
 
-/// A copy of `e`, for the sticky error that every later call on a failed stream returns (the
-/// error type is not `Clone`: it may hold an `io::Error`, copied here by kind and message).
-///
-/// Exact for the errors stream work produces (launch, driver, emulator, host-function and I/O
-/// errors); any other variant a host function returns is reported with its message under
-/// [`Error::Device`].
-fn replicate(e: &Error) -> Error {
-    match e {
-        Error::NoDriver(s) => Error::NoDriver(s.clone()),
-        Error::Cuda { call, error } => Error::Cuda {
-            call,
-            error: error.clone(),
-        },
-        Error::Nvrtc { call, error } => Error::Nvrtc {
-            call,
-            error: error.clone(),
-        },
-        Error::UnknownKernel(s) => Error::UnknownKernel(s.clone()),
-        Error::InvalidArgument(s) => Error::InvalidArgument(s.clone()),
-        Error::Timeout {
-            rank,
-            peer,
-            op,
-            detail,
-        } => Error::Timeout {
-            rank: *rank,
-            peer: *peer,
-            op,
-            detail: detail.clone(),
-        },
-        Error::Aborted {
-            rank,
-            peer,
-            op,
-            detail,
-        } => Error::Aborted {
-            rank: *rank,
-            peer: *peer,
-            op,
-            detail: detail.clone(),
-        },
-        Error::Device(d) => Error::Device(replicate_device(d)),
-        Error::Io { what, source } => Error::Io {
-            what: what.clone(),
-            source: std::io::Error::new(source.kind(), source.to_string()),
-        },
-        other => Error::Device(symcomm_device::Error::EmuLaunch {
-            kernel: "<stream work>".to_owned(),
-            message: other.to_string(),
-        }),
-    }
-}
-
-fn replicate_device(e: &symcomm_device::Error) -> symcomm_device::Error {
-    use symcomm_device::Error as D;
-    match e {
-        D::EmuLaunch { kernel, message } => D::EmuLaunch {
-            kernel: kernel.clone(),
-            message: message.clone(),
-        },
-        D::ToolStart { tool, path, source } => D::ToolStart {
-            tool,
-            path: path.clone(),
-            source: std::io::Error::new(source.kind(), source.to_string()),
-        },
-        D::CompileFailed {
-            tool,
-            what,
-            status,
-            stderr,
-        } => D::CompileFailed {
-            tool,
-            what: what.clone(),
-            status: status.clone(),
-            stderr: stderr.clone(),
-        },
-        D::Spills {
-            kernel,
-            arch,
-            stores,
-            loads,
-        } => D::Spills {
-            kernel: kernel.clone(),
-            arch: arch.clone(),
-            stores: *stores,
-            loads: *loads,
-        },
-        D::Io { path, source } => D::Io {
-            path: path.clone(),
-            source: std::io::Error::new(source.kind(), source.to_string()),
-        },
-        D::MissingEnv(v) => D::MissingEnv(v),
-        // A variant added to the device crate later: keep its message.
-        other => D::EmuLaunch {
-            kernel: "<stream>".to_owned(),
-            message: other.to_string(),
-        },
-    }
-}
-
 /// A snapshot of an emulator stream's counters ([`EmuStream::progress`]).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct QueueProgress {
@@ -310,10 +210,7 @@ impl EmuStream {
         let worker = std::thread::Builder::new()
             .name(WORKER_NAME.to_owned())
             .spawn(move || served.serve())
-            .map_err(|source| Error::Io {
-                what: "starting an emulator stream's worker thread".to_owned(),
-                source,
-            })?;
+            .map_err(|source| Error::io("starting an emulator stream's worker thread", source))?;
         Ok(EmuStream {
             queue,
             worker: Some(worker),
@@ -361,7 +258,7 @@ impl EmuStream {
     pub(crate) fn is_idle(&self) -> Result<bool> {
         let st = self.queue.lock();
         match &st.error {
-            Some((_, e)) => Err(replicate(e)),
+            Some((_, e)) => Err(e.clone()),
             None => Ok(st.completed >= st.enqueued),
         }
     }
@@ -371,7 +268,7 @@ impl EmuStream {
     pub(crate) fn record_event(&self) -> Result<EmuEvent> {
         let st = self.queue.lock();
         if let Some((_, e)) = &st.error {
-            return Err(replicate(e));
+            return Err(e.clone());
         }
         Ok(EmuEvent {
             queue: Arc::clone(&self.queue),

@@ -7,7 +7,8 @@ use symcomm_device::abi::{SYMCOMM_DTYPE_NONE, WindowHandleRaw};
 
 use super::{LANE_BARRIERS, MAX_STREAMS};
 use crate::comm::memory::FlatMapping;
-use crate::comm::{Communicator, TAG_LANE, encode_status};
+use crate::comm::payload::{self, LaneProposal, Tag};
+use crate::comm::{Communicator, peers_succeeded};
 use crate::stream::{Buffer, Stream, StreamToken};
 use crate::{Error, Result};
 
@@ -199,34 +200,25 @@ impl Communicator {
         // The checks are local: a refused rank joins the agreement with its error, so that its
         // peers fail too (PeerFailed) instead of waiting for it.
         let pick = self.pick_lane(stream, &lanes);
-        // `[1][lane u32][new u8]`, or the error.
-        let mut proposal = encode_status(&pick);
-        if let Ok((index, _, stage_bytes)) = &pick {
-            proposal.extend_from_slice(&index.to_be_bytes());
-            proposal.push(u8::from(stage_bytes.is_some()));
-        }
-        let all = self.control.all_gather(TAG_LANE, BINDING, &proposal)?;
+        let proposal = pick.as_ref().map(|(index, _, stage_bytes)| LaneProposal {
+            index: *index,
+            new: stage_bytes.is_some(),
+        });
+        let all = self.gather(
+            Tag::Lane,
+            BINDING,
+            &payload::encode_lane_proposal(&proposal),
+            payload::decode_lane_proposal,
+        )?;
         let (index, claim, stage_bytes) = pick?;
-        let theirs = |p: &[u8]| match *p {
-            [1, a, b, c, d, new] => Some((u32::from_be_bytes([a, b, c, d]), new == 1)),
-            _ => None,
-        };
-        if let Some((r, p)) = all.iter().enumerate().find(|(_, p)| theirs(p).is_none()) {
-            return Err(Error::PeerFailed {
-                rank: r as u32,
-                what: BINDING.to_owned(),
-                message: String::from_utf8_lossy(p.get(1..).unwrap_or_default()).into_owned(),
-            });
-        }
+        let all = peers_succeeded(BINDING, all)?;
         let lane_name =
-            |(i, new): (u32, bool)| format!("{} lane {i}", if new { "new" } else { "free" });
-        let mine = (index, stage_bytes.is_some());
-        if let Some((r, other)) = all
-            .iter()
-            .filter_map(|p| theirs(p))
-            .enumerate()
-            .find(|&(_, l)| l != mine)
-        {
+            |l: LaneProposal| format!("{} lane {}", if l.new { "new" } else { "free" }, l.index);
+        let mine = LaneProposal {
+            index,
+            new: stage_bytes.is_some(),
+        };
+        if let Some((r, &other)) = all.iter().enumerate().find(|&(_, l)| *l != mine) {
             return Err(Error::Mismatch {
                 rank: self.rank,
                 peer: r as u32,

@@ -1,0 +1,309 @@
+//! Joining a communicator: the bootstrap rendezvous, the control plane, the backend (agreed on
+//! by every rank), the device checks (same kind of device everywhere, peer access between the
+//! GPUs, ranks sharing a GPU), the local team's fd-passing links and the signal area.
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
+
+use symcomm_device::abi::SYMCOMM_SIGNAL_WORDS;
+
+use super::control::{Control, ControlTiming};
+use super::fdpass::{self, Listener, LocalLinks};
+use super::memory::ControlBlock;
+use super::payload::{self, DeviceDesc, Tag};
+use super::{CommOptions, Communicator, Device, coll, peers_succeeded};
+use crate::backend::{Backend, cuda};
+use crate::bootstrap::{self, BootstrapConfig, UniqueId};
+use crate::config::raw_value;
+use crate::{Error, Result};
+
+impl Communicator {
+    /// Joins communicator `id` as `rank` of `nranks` on `device`. Collective: every rank calls
+    /// it concurrently (threads or processes). Settings not given here come from the
+    /// environment: `SYMCOMM_INIT_TIMEOUT`, `SYMCOMM_HOST_ID`, `SYMCOMM_SOCKET_IFNAME`,
+    /// `SYMCOMM_TIMEOUT`, `SYMCOMM_HEARTBEAT`, `SYMCOMM_PEER_TIMEOUT`.
+    ///
+    /// # Errors
+    /// The bootstrap's ([`crate::bootstrap::init`]: [`Error::AuthFailed`],
+    /// [`Error::InitTimeout`] naming the missing ranks, ...), [`Error::NoDriver`] /
+    /// [`Error::Cuda`] for a CUDA device, [`Error::PeerFailed`] when another rank failed its
+    /// part of init.
+    pub fn init(id: &UniqueId, rank: u32, nranks: u32, device: Device) -> Result<Arc<Self>> {
+        let mut config = BootstrapConfig::new(id.clone(), rank, nranks);
+        config.apply_overrides(&|name: &str| raw_value(name))?;
+        Self::init_with(&config, device, &CommOptions::from_env()?)
+    }
+
+    /// Joins the communicator the launcher describes: [`BootstrapConfig::from_env`] (torchrun,
+    /// `symcomm launch`, Open MPI, MPICH, Slurm variables, `SYMCOMM_ID` / `SYMCOMM_SECRET`),
+    /// [`Device::from_env`] (`SYMCOMM_DEVICE`) and [`CommOptions::from_env`].
+    ///
+    /// # Errors
+    /// As [`Self::init`], and [`Error::InvalidArgument`] for missing or malformed variables.
+    pub fn from_env() -> Result<Arc<Self>> {
+        let config = BootstrapConfig::from_env()?;
+        Self::init_with(&config, Device::from_env()?, &CommOptions::from_env()?)
+    }
+
+    /// Joins the communicator described by `config` on `device` with `options`.
+    ///
+    /// # Errors
+    /// As [`Self::init`].
+    pub fn init_with(
+        config: &BootstrapConfig,
+        device: Device,
+        options: &CommOptions,
+    ) -> Result<Arc<Self>> {
+        options.validate()?;
+        // Tunables read later by the collectives: a bad value is refused now, before the
+        // rendezvous, not at the first collective.
+        crate::tune::algo_from_env()?;
+        coll::staging_bytes_from_env()?;
+        let start = Instant::now();
+        let boot = bootstrap::init_with(config)?;
+        let rank = boot.rank();
+        let nranks = boot.nranks();
+        let table = boot.table().to_vec();
+        let local = boot.local_team().clone();
+        let timing = ControlTiming {
+            heartbeat: options.heartbeat,
+            peer_timeout: options.peer_timeout,
+            op_timeout: config.timeout,
+        };
+        // The backend opens after the rendezvous (Auto needs the local rank); its result is
+        // agreed on below, so a rank that cannot open its GPU fails every rank's init.
+        let backend = device.open(local.index());
+        let block = match &backend {
+            Ok(b) => ControlBlock::new(b).map(Arc::new),
+            Err(_) => ControlBlock::new(&Backend::Emu).map(Arc::new),
+        }?;
+        let on_fault = {
+            let block = Arc::clone(&block);
+            Box::new(move |_lost: u32| block.raise_abort())
+        };
+        let control = Control::start(rank, nranks, boot.into_link(), timing, on_fault)?;
+        let backend_name = backend.as_ref().map(Backend::name).unwrap_or_default();
+        let (backend, status) = match backend {
+            Ok(b) => (b, Ok(())),
+            Err(e) => (Backend::Emu, Err(e)),
+        };
+        let mut comm = Communicator {
+            rank,
+            nranks,
+            backend,
+            table,
+            local,
+            options: options.clone(),
+            op_timeout: config.timeout,
+            gpu_ranks: 1,
+            group: {
+                use std::hash::{Hash, Hasher};
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                config.id.to_string().hash(&mut h);
+                h.finish()
+            },
+            coll: coll::CollState::default(),
+            signals: None,
+            links: None,
+            exchange_seq: Mutex::new(0),
+            control,
+            block,
+            me: Weak::new(),
+        };
+        comm.agree(Tag::Init, "opening the device", status)?;
+        if comm.spans_one_host() {
+            comm.check_devices()?;
+            comm.connect_local_team()?;
+            let bytes = u64::from(nranks) * u64::from(SYMCOMM_SIGNAL_WORDS) * 8;
+            comm.signals = Some(comm.alloc_flat(Ok(bytes), 8, "signal area")?);
+        }
+        tracing::info!(
+            target: "symcomm::init",
+            "rank {rank}/{nranks}: communicator ready on {backend_name} in {:.1} ms (local team {:?})",
+            start.elapsed().as_secs_f64() * 1e3,
+            comm.local.ranks()
+        );
+        Ok(Arc::new_cyclic(|me| {
+            comm.me = Weak::clone(me);
+            comm
+        }))
+    }
+
+    /// Every rank of the team uses the same kind of device, and on CUDA every GPU can reach
+    /// every other rank's GPU (peer access); both checked on every rank, failing them all.
+    fn check_devices(&mut self) -> Result<()> {
+        let uuid = match &self.backend {
+            Backend::Emu => None,
+            Backend::Cuda(d) => Some(cuda::gpu_uuid(d.ordinal()).unwrap_or([0; 16])),
+        };
+        let mine = uuid.map_or(DeviceDesc::Emu, DeviceDesc::Cuda);
+        let all = self.gather(
+            Tag::Devices,
+            "comparing devices",
+            &payload::encode_device(&mine),
+            payload::decode_device,
+        )?;
+        // Ranks of the local team on the same device as this one (all the same kind here, or
+        // the check below fails).
+        let sharing: Vec<u32> = self
+            .local
+            .ranks()
+            .iter()
+            .copied()
+            .filter(|&r| all.get(r as usize) == Some(&mine))
+            .collect();
+        self.gpu_ranks = sharing.len().max(1) as u32;
+        if let Backend::Cuda(d) = &self.backend {
+            self.warn_sharing(d.ordinal(), &sharing);
+        }
+        let kind = |d: &DeviceDesc| match d {
+            DeviceDesc::Cuda(_) => "a CUDA GPU",
+            DeviceDesc::Emu => "the emulator",
+        };
+        if let Some((peer, theirs)) = all
+            .iter()
+            .enumerate()
+            .find(|(_, d)| std::mem::discriminant(*d) != std::mem::discriminant(&mine))
+        {
+            return Err(Error::Mismatch {
+                rank: self.rank,
+                peer: peer as u32,
+                what: format!(
+                    "rank {} runs on {}, rank {peer} on {}: every rank of a communicator needs the same kind of device",
+                    self.rank,
+                    kind(&mine),
+                    kind(theirs)
+                ),
+            });
+        }
+        let reachable = match (&self.backend, &uuid) {
+            (Backend::Cuda(d), Some(uuid)) => Self::peer_access(d.ordinal(), uuid, &all),
+            _ => Ok(()),
+        };
+        self.agree(Tag::P2p, "checking peer access between the GPUs", reachable)
+    }
+
+    /// Warnings for ranks that share GPU `ordinal` (`sharing`, this rank included) where the
+    /// hardware would serialize them: fewer hardware queues (`CUDA_DEVICE_MAX_CONNECTIONS`,
+    /// default 8) than their streams, or ranks in other processes without MPS (contexts of
+    /// different processes are time-sliced, never concurrent: each barrier costs a context
+    /// switch, and a kernel waiting for a peer's runs out its time slice).
+    fn warn_sharing(&self, ordinal: usize, sharing: &[u32]) {
+        if sharing.len() < 2 {
+            return;
+        }
+        let streams = sharing.len() * coll::MAX_STREAMS;
+        let connections = std::env::var("CUDA_DEVICE_MAX_CONNECTIONS")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(8);
+        if connections < streams {
+            tracing::warn!(
+                target: "symcomm::init",
+                "rank {}: {} ranks share GPU {ordinal} with up to {streams} collective streams, \
+                 but CUDA_DEVICE_MAX_CONNECTIONS allows {connections} hardware queues: kernels \
+                 of different ranks may be serialized and wait for each other until their \
+                 timeout; set CUDA_DEVICE_MAX_CONNECTIONS={streams} or more",
+                self.rank,
+                sharing.len()
+            );
+        }
+        let me = self.table.get(self.rank as usize).map(|r| r.pid);
+        let other_processes = sharing
+            .iter()
+            .filter(|&&r| self.table.get(r as usize).map(|i| i.pid) != me)
+            .count();
+        if other_processes > 0 && !cuda::mps_enabled(ordinal).unwrap_or(false) {
+            tracing::warn!(
+                target: "symcomm::init",
+                "rank {}: GPU {ordinal} is shared with {other_processes} rank(s) in other \
+                 processes without MPS: their kernels are time-sliced, not concurrent, so every \
+                 barrier waits for a context switch; start the MPS daemon \
+                 (nvidia-cuda-mps-control -d) or run the ranks as threads of one process",
+                self.rank
+            );
+        }
+    }
+
+    /// Whether GPU `ordinal` (uuid `mine`) can access the GPU of every rank in `all` that is
+    /// visible to this process (ranks on GPUs it cannot see are left to the driver's checks).
+    fn peer_access(ordinal: usize, mine: &[u8; 16], all: &[DeviceDesc]) -> Result<()> {
+        let info = cuda::probe()?;
+        let uuids: Vec<Option<[u8; 16]>> = (0..info.devices.len())
+            .map(|o| cuda::gpu_uuid(o).ok())
+            .collect();
+        for (r, desc) in all.iter().enumerate() {
+            let DeviceDesc::Cuda(theirs) = desc else {
+                continue;
+            };
+            if theirs == mine || theirs.iter().all(|&b| b == 0) {
+                continue;
+            }
+            let Some(o) = uuids.iter().position(|u| u.as_ref() == Some(theirs)) else {
+                continue;
+            };
+            let ok = info
+                .peer_access
+                .get(ordinal)
+                .and_then(|row| row.get(o))
+                .copied()
+                .unwrap_or(false);
+            if !ok {
+                return Err(Error::Unsupported(format!(
+                    "GPU {ordinal} cannot access GPU {o} of rank {r} (no peer-to-peer access): \
+                     windows need NVLink or PCIe P2P between the GPUs of a host"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Connects the local team's fd-passing sockets (leader listens, the others connect).
+    fn connect_local_team(&mut self) -> Result<()> {
+        let team = self.local.ranks().to_vec();
+        if team.len() > fdpass::MAX_LOCAL {
+            return Err(Error::Unsupported(format!(
+                "{} ranks on one host (at most {})",
+                team.len(),
+                fdpass::MAX_LOCAL
+            )));
+        }
+        if team.len() == 1 {
+            self.links = Some(LocalLinks::Alone);
+            return Ok(());
+        }
+        let leader = team[0];
+        let listener = if self.rank == leader {
+            Some(Listener::open(team.len()))
+        } else {
+            None
+        };
+        // The leader's socket name (or why it has none); the others send an empty one.
+        let name = match &listener {
+            Some(l) => l.as_ref().map(|l| l.name().to_vec()),
+            None => Ok(Vec::new()),
+        };
+        let all = self.gather(
+            Tag::Links,
+            "connecting the local team",
+            &payload::encode_socket_name(&name),
+            payload::decode_socket_name,
+        )?;
+        let opening = "opening the local socket";
+        let theirs = peers_succeeded(opening, all)?
+            .into_iter()
+            .nth(leader as usize)
+            .ok_or_else(|| Error::PeerFailed {
+                rank: leader,
+                what: opening.into(),
+                message: "no socket name from the local leader".into(),
+            })?;
+        let deadline = Instant::now() + self.op_timeout;
+        let links = match listener {
+            Some(l) => LocalLinks::accept(l?, &team, &self.table, deadline),
+            None => LocalLinks::connect(&theirs, self.rank, &self.table[leader as usize], deadline),
+        };
+        self.links = Some(self.agree(Tag::LinksDone, "connecting the local team", links)?);
+        Ok(())
+    }
+}
