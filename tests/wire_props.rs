@@ -335,3 +335,42 @@ fn the_wire_seed_corpus_is_current() {
         assert_eq!(used, bytes.len() - 2, "{name}: {m:?}");
     }
 }
+
+/// The control target's list covers every control-plane step with a payload: a step added to
+/// `comm::payload::Tag` without its number in `CONTROL_TAGS` would go unfuzzed.
+#[test]
+fn every_control_step_with_a_payload_is_listed_for_the_fuzzer() {
+    for tag in 0..0x1000u32 {
+        let listed = wire::CONTROL_TAGS.contains(&tag);
+        assert_eq!(
+            wire::control_round_trip(tag, &[]).is_some(),
+            listed,
+            "tag {tag:#x}"
+        );
+    }
+}
+
+/// The control target's seeds are contributions that decode, one per kind of payload.
+#[test]
+fn the_control_seed_corpus_decodes() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/control");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+        let tag = wire::CONTROL_TAGS[usize::from(bytes[0]) % wire::CONTROL_TAGS.len()];
+        let again = wire::control_round_trip(tag, &bytes[1..]).unwrap().unwrap();
+        assert_eq!(again, bytes[1..]);
+        seen += 1;
+    }
+    assert!(seen >= 5, "only {seen} control seeds");
+}
+
+proptest! {
+    #[test]
+    fn control_payloads_decode_or_are_refused_and_re_encode(pick in any::<prop::sample::Index>(), data in vec(any::<u8>(), 0..64)) {
+        let tag = wire::CONTROL_TAGS[pick.index(wire::CONTROL_TAGS.len())];
+        if let Ok(again) = wire::control_round_trip(tag, &data).unwrap() {
+            prop_assert_eq!(again, data);
+        }
+    }
+}

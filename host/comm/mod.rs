@@ -21,7 +21,7 @@ mod fdpass;
 mod init;
 mod memory;
 mod options;
-mod payload;
+pub(crate) mod payload;
 mod record;
 mod window;
 

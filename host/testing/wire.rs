@@ -343,3 +343,40 @@ fn decode_payload(kind: FrameType, p: &[u8], nranks: u32) -> Result<Message, Fra
         }
     })
 }
+
+/// The control-plane steps' tag numbers (`comm::payload::Tag`) whose contributions have a
+/// decoder: every tag but the barrier's, which carries no payload.
+pub const CONTROL_TAGS: [u32; 9] = [
+    0x100, 0x101, 0x102, 0x103, 0x104, 0x200, 0x201, 0x202, 0x203,
+];
+
+/// Decodes `data` as a rank's contribution to the control-plane step numbered `tag` (the data
+/// of a Gather frame) with that step's decoder, and encodes what it decoded again: the bytes a
+/// rank would send for it. `None` for a number no step with a payload uses.
+///
+/// # Errors
+/// The decoder's refusal, as text.
+pub fn control_round_trip(tag: u32, data: &[u8]) -> Option<Result<Vec<u8>, String>> {
+    use crate::comm::payload::{self as p, Tag};
+    let text = |e: FrameError| e.to_string();
+    Some(match Tag::from_code(tag)? {
+        Tag::Init | Tag::LinksDone | Tag::P2p | Tag::Segment | Tag::Mapped => {
+            p::decode_status(data)
+                .map(|s| p::encode_status(&s))
+                .map_err(text)
+        }
+        Tag::Links => p::decode_socket_name(data)
+            .map(|n| p::encode_socket_name(&n))
+            .map_err(text),
+        Tag::Devices => p::decode_device(data)
+            .map(|d| p::encode_device(&d))
+            .map_err(text),
+        Tag::Alloc => p::decode_alloc_request(data)
+            .map(|r| p::encode_alloc_request(&r))
+            .map_err(text),
+        Tag::Lane => p::decode_lane_proposal(data)
+            .map(|l| p::encode_lane_proposal(&l))
+            .map_err(text),
+        Tag::Barrier => return None,
+    })
+}
