@@ -25,9 +25,9 @@ use std::ffi::c_void;
 use std::time::{Duration, Instant};
 
 use support::{KINDS, blocks};
-use symcomm::DEVICE_IMAGE;
 use symcomm::abi::*;
 use symcomm::testing::emu::{EmuTeam, launch};
+use symcomm::{DEVICE_IMAGE, DataType};
 
 /// Fill of every window byte that no collective is supposed to write.
 const CANARY: u8 = 0xA5;
@@ -37,26 +37,14 @@ const LONG: Duration = Duration::from_secs(30);
 /// What "promptly" means (a failed call must not wait for any deadline).
 const PROMPT: Duration = Duration::from_secs(5);
 
-const KERNELS: [&str; 12] = [
-    "symcomm_collective_f32",
-    "symcomm_collective_f64",
-    "symcomm_collective_f16",
-    "symcomm_collective_bf16",
-    "symcomm_collective_fp8_e4m3",
-    "symcomm_collective_fp8_e5m2",
-    "symcomm_collective_i8",
-    "symcomm_collective_u8",
-    "symcomm_collective_i32",
-    "symcomm_collective_u32",
-    "symcomm_collective_i64",
-    "symcomm_collective_u64",
-];
-
-/// Bytes per element of each dtype code.
-const SIZES: [u64; 12] = [4, 8, 2, 2, 1, 1, 1, 1, 4, 4, 8, 8];
-
+/// The built-in kernel of a dtype code.
 fn kernel_of(dtype: u32) -> &'static str {
-    KERNELS[dtype as usize]
+    DataType::ALL[dtype as usize].kernel_name()
+}
+
+/// Bytes per element of a dtype code.
+fn elem_size(dtype: u32) -> u64 {
+    DataType::ALL[dtype as usize].size() as u64
 }
 
 fn dur(d: Duration) -> u64 {
@@ -594,7 +582,7 @@ fn mismatched_calls_fail_on_every_rank_without_writing() {
                             } else {
                                 SYMCOMM_SCOPE_GRID
                             },
-                            tile_stride: tile / SIZES[dtype as usize],
+                            tile_stride: tile / elem_size(dtype),
                             ..coll(&mut team, r, kind, dtype, count)
                         },
                         grid,
