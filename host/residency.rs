@@ -42,7 +42,7 @@ mod sm90 {
 /// `cuOccupancyMaxActiveBlocksPerMultiprocessor` returns for it on an H100/H200. 0 when one CTA
 /// does not fit (too many threads, registers or bytes).
 pub(crate) fn sm90_occupancy(registers: u32, threads: u32, shared_bytes: u32) -> u32 {
-    if threads == 0 || threads > 1024 {
+    if threads == 0 || threads > crate::tune::MAX_CTA_THREADS {
         return 0;
     }
     let warps = threads.div_ceil(32);

@@ -473,6 +473,8 @@ pub const PIECE_BYTES: u64 = 64 << 10;
 pub const CUDA_THREADS: u32 = symcomm_device::abi::SYMCOMM_BUILTIN_THREADS;
 /// Threads per CTA on the emulator.
 pub const EMU_THREADS: u32 = 64;
+/// Most threads per CTA (CUDA's limit, which the emulator keeps too).
+pub const MAX_CTA_THREADS: u32 = 1024;
 /// Most CTAs per call on the emulator (each CTA is an OS thread; small machines).
 pub const EMU_MAX_CTAS: u32 = 4;
 
@@ -506,15 +508,22 @@ pub fn geometry(
     (ctas, threads(nranks, backend))
 }
 
-/// Threads per CTA of the built-in collective kernel: [`CUDA_THREADS`] or [`EMU_THREADS`],
-/// raised to `nranks` rounded up to a warp (in-place all-to-all needs a thread per rank), at
-/// most 1024.
-pub fn threads(nranks: u32, backend: BackendKind) -> u32 {
-    let base = match backend {
+/// Threads per CTA of the built-in kernels on `backend`: [`CUDA_THREADS`] or [`EMU_THREADS`]
+/// (what send/recv launches; the collectives raise it, see [`threads`]).
+pub fn base_threads(backend: BackendKind) -> u32 {
+    match backend {
         BackendKind::Cuda => CUDA_THREADS,
         BackendKind::Emu => EMU_THREADS,
-    };
-    base.max(nranks.min(1024).next_multiple_of(32)).min(1024)
+    }
+}
+
+/// Threads per CTA of the built-in collective kernel: [`base_threads`], raised to `nranks`
+/// rounded up to a warp (in-place all-to-all needs a thread per rank), at most
+/// [`MAX_CTA_THREADS`].
+pub fn threads(nranks: u32, backend: BackendKind) -> u32 {
+    base_threads(backend)
+        .max(nranks.min(MAX_CTA_THREADS).next_multiple_of(32))
+        .min(MAX_CTA_THREADS)
 }
 
 #[cfg(test)]
@@ -929,7 +938,7 @@ mod tests {
                         loop {
                             let (ctas, threads) = geometry(coll, s, n, backend, max_ctas);
                             assert!((1..=max_ctas).contains(&ctas), "{coll:?} {s} {ctas}");
-                            assert!((32..=1024).contains(&threads) && threads % 32 == 0);
+                            assert!((32..=MAX_CTA_THREADS).contains(&threads) && threads % 32 == 0);
                             assert!(threads >= n, "{coll:?} n={n}: {threads}");
                             if backend == BackendKind::Emu {
                                 assert!(ctas <= EMU_MAX_CTAS);

@@ -25,9 +25,9 @@ use std::ffi::c_void;
 use std::time::{Duration, Instant};
 
 use support::{KINDS, blocks};
-use symcomm::DEVICE_IMAGE;
 use symcomm::abi::*;
 use symcomm::testing::emu::{EmuTeam, launch};
+use symcomm::{DEVICE_IMAGE, DataType};
 
 /// Fill of every window byte that no collective is supposed to write.
 const CANARY: u8 = 0xA5;
@@ -37,26 +37,14 @@ const LONG: Duration = Duration::from_secs(30);
 /// What "promptly" means (a failed call must not wait for any deadline).
 const PROMPT: Duration = Duration::from_secs(5);
 
-const KERNELS: [&str; 12] = [
-    "symcomm_collective_f32",
-    "symcomm_collective_f64",
-    "symcomm_collective_f16",
-    "symcomm_collective_bf16",
-    "symcomm_collective_fp8_e4m3",
-    "symcomm_collective_fp8_e5m2",
-    "symcomm_collective_i8",
-    "symcomm_collective_u8",
-    "symcomm_collective_i32",
-    "symcomm_collective_u32",
-    "symcomm_collective_i64",
-    "symcomm_collective_u64",
-];
-
-/// Bytes per element of each dtype code.
-const SIZES: [u64; 12] = [4, 8, 2, 2, 1, 1, 1, 1, 4, 4, 8, 8];
-
+/// The built-in kernel of a dtype code.
 fn kernel_of(dtype: u32) -> &'static str {
-    KERNELS[dtype as usize]
+    DataType::ALL[dtype as usize].kernel_name()
+}
+
+/// Bytes per element of a dtype code.
+fn elem_size(dtype: u32) -> u64 {
+    DataType::ALL[dtype as usize].size() as u64
 }
 
 fn dur(d: Duration) -> u64 {
@@ -147,6 +135,26 @@ fn run_concurrently(calls: &[Launch], during: impl FnOnce()) -> Vec<(Instant, In
 /// The wall time of each launch.
 fn durations(times: &[(Instant, Instant)]) -> Vec<Duration> {
     times.iter().map(|(s, e)| *e - *s).collect()
+}
+
+/// Runs one launch per rank concurrently and checks that every rank returned promptly (a
+/// failed call must not wait for any deadline); returns each launch with its rank's error
+/// record.
+fn run_promptly<'a>(
+    team: &EmuTeam,
+    calls: &'a [Launch],
+    label: &str,
+) -> Vec<(&'a Launch, ErrorRecord)> {
+    let took = durations(&run_concurrently(calls, || {}));
+    calls
+        .iter()
+        .zip(&took)
+        .map(|(c, t)| {
+            let r = c.rank();
+            assert!(*t < PROMPT, "{label}: rank {r} took {t:?}");
+            (c, team.error(r))
+        })
+        .collect()
 }
 
 /// A team whose windows are all canary.
@@ -402,14 +410,7 @@ fn raising_the_abort_flag_stops_every_waiting_rank() {
         (2, 32),
         0,
     );
-    let took = durations(&run_concurrently(&calls, || {}));
-    for (c, t) in calls.iter().zip(&took) {
-        let rec = team.error(c.rank());
-        assert!(
-            *t < PROMPT,
-            "pre-raised abort: rank {} took {t:?}",
-            c.rank()
-        );
+    for (c, rec) in run_promptly(&team, &calls, "pre-raised abort") {
         // The peer is the missing rank, or a launched one that had not arrived yet when the
         // flag was seen.
         assert_eq!(
@@ -594,7 +595,7 @@ fn mismatched_calls_fail_on_every_rank_without_writing() {
                             } else {
                                 SYMCOMM_SCOPE_GRID
                             },
-                            tile_stride: tile / SIZES[dtype as usize],
+                            tile_stride: tile / elem_size(dtype),
                             ..coll(&mut team, r, kind, dtype, count)
                         },
                         grid,
@@ -625,11 +626,8 @@ fn mismatched_calls_fail_on_every_rank_without_writing() {
                     assert_eq!(team.error(r).status, SYMCOMM_STATUS_OK, "{label}: warm-up");
                 }
             }
-            let took = durations(&run_concurrently(&calls, || {}));
-            for (c, t) in calls.iter().zip(&took) {
+            for (c, rec) in run_promptly(&team, &calls, &label) {
                 let r = c.rank();
-                assert!(*t < PROMPT, "{label}: rank {r} took {t:?}");
-                let rec = team.error(r);
                 assert_eq!(
                     (rec.status, rec.rank, rec.op),
                     (SYMCOMM_STATUS_MISMATCH, r, SYMCOMM_OP_BARRIER),
@@ -685,11 +683,8 @@ fn mixing_in_place_and_out_of_place_is_a_mismatch() {
                 }
             })
             .collect();
-        let took = durations(&run_concurrently(&calls, || {}));
-        for (c, t) in calls.iter().zip(&took) {
+        for (c, rec) in run_promptly(&team, &calls, &label) {
             let r = c.rank();
-            assert!(*t < PROMPT, "{label}: rank {r} took {t:?}");
-            let rec = team.error(r);
             assert_eq!(
                 (rec.status, rec.rank, rec.op),
                 (SYMCOMM_STATUS_MISMATCH, r, SYMCOMM_OP_BARRIER),
@@ -1184,11 +1179,8 @@ fn invalid_arguments_are_refused_on_every_rank() {
                 }
             })
             .collect();
-        let took = durations(&run_concurrently(&calls, || {}));
-        for (c, t) in calls.iter().zip(&took) {
+        for (c, rec) in run_promptly(&team, &calls, &label) {
             let r = c.rank();
-            assert!(*t < PROMPT, "{label}: rank {r} took {t:?}");
-            let rec = team.error(r);
             let (status, op, detail) = (case.expect)(&c.args);
             // Argument errors involve no peer: the record names the rank itself.
             assert_eq!(
@@ -1290,10 +1282,8 @@ fn barriers_on_send_recv_words_are_refused_and_send_recv_still_works() {
                 block: 32,
             })
             .collect();
-        let took = durations(&run_concurrently(&calls, || {}));
-        for (r, t) in (0..2).zip(&took) {
-            assert!(*t < PROMPT, "{label}: rank {r} took {t:?}");
-            let rec = team.error(r);
+        for (c, rec) in run_promptly(&team, &calls, &label) {
+            let r = c.rank();
             assert_eq!(
                 (rec.status, rec.rank, rec.peer, rec.op, rec.detail),
                 (
@@ -1424,11 +1414,8 @@ fn ranges_past_the_window_are_refused_on_every_rank_for_every_kind() {
                         }
                     })
                     .collect();
-                let took = durations(&run_concurrently(&calls, || {}));
-                for (c, t) in calls.iter().zip(&took) {
+                for (c, rec) in run_promptly(&team, &calls, &label) {
                     let r = c.rank();
-                    assert!(*t < PROMPT, "{label}: rank {r} took {t:?}");
-                    let rec = team.error(r);
                     if reasons.is_empty() {
                         assert_eq!(rec.status, SYMCOMM_STATUS_OK, "{label}: rank {r}: {rec:?}");
                         continue;
@@ -1481,38 +1468,17 @@ struct IntType {
     signed: bool,
 }
 
-const U8: IntType = IntType {
-    code: SYMCOMM_DTYPE_U8,
-    bits: 8,
-    signed: false,
-};
-const I8: IntType = IntType {
-    code: SYMCOMM_DTYPE_I8,
-    bits: 8,
-    signed: true,
-};
-const I32: IntType = IntType {
-    code: SYMCOMM_DTYPE_I32,
-    bits: 32,
-    signed: true,
-};
-const U32: IntType = IntType {
-    code: SYMCOMM_DTYPE_U32,
-    bits: 32,
-    signed: false,
-};
-const I64: IntType = IntType {
-    code: SYMCOMM_DTYPE_I64,
-    bits: 64,
-    signed: true,
-};
-const U64: IntType = IntType {
-    code: SYMCOMM_DTYPE_U64,
-    bits: 64,
-    signed: false,
-};
+const U8: IntType = IntType::new(SYMCOMM_DTYPE_U8, 8, false);
+const I8: IntType = IntType::new(SYMCOMM_DTYPE_I8, 8, true);
+const I32: IntType = IntType::new(SYMCOMM_DTYPE_I32, 32, true);
+const U32: IntType = IntType::new(SYMCOMM_DTYPE_U32, 32, false);
+const I64: IntType = IntType::new(SYMCOMM_DTYPE_I64, 64, true);
+const U64: IntType = IntType::new(SYMCOMM_DTYPE_U64, 64, false);
 
 impl IntType {
+    const fn new(code: u32, bits: u32, signed: bool) -> Self {
+        IntType { code, bits, signed }
+    }
     fn size(self) -> usize {
         (self.bits / 8) as usize
     }

@@ -134,15 +134,45 @@ fn every_embedded_module_compiles_to_ptx_that_ptxas_assembles() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-static BROKEN_IMAGE: DeviceImage = DeviceImage {
-    name: "broken",
-    modules: &[Module {
-        source: "tests/broken.cu",
-        source_name: "broken.cu",
+/// A test image of `modules` over in-memory `sources`, with no compiled code.
+const fn test_image(
+    name: &'static str,
+    modules: &'static [Module],
+    sources: &'static [SourceFile],
+) -> DeviceImage {
+    DeviceImage {
+        name,
+        modules,
+        sources,
+        compiler: None,
+        no_compiler_reason: "test image",
+        sass_archs: &[],
+        ptx_arch: "compute_90",
+        ptx_isa: None,
+        report: &[],
+    }
+}
+
+/// A module of `source` (named `source_name` among the image's sources) with no fatbin.
+const fn test_module(source: &'static str, source_name: &'static str) -> Module {
+    Module {
+        source,
+        source_name,
         fatbin: None,
         kernels: &[],
-    }],
-    sources: &[
+    }
+}
+
+/// The header that the broken and the fixed programs include.
+const HELPER: SourceFile = SourceFile {
+    name: "helper/util.cuh",
+    contents: "#pragma once\n__device__ inline unsigned helper_value() { return 7u; }\n",
+};
+
+static BROKEN_IMAGE: DeviceImage = test_image(
+    "broken",
+    &[test_module("tests/broken.cu", "broken.cu")],
+    &[
         SourceFile {
             name: "broken.cu",
             contents: "#include <helper/util.cuh>\n\
@@ -150,18 +180,9 @@ static BROKEN_IMAGE: DeviceImage = DeviceImage {
                        \x20   out[0] = helper_value() + undeclared_identifier_xyz;\n\
                        }\n",
         },
-        SourceFile {
-            name: "helper/util.cuh",
-            contents: "#pragma once\n__device__ inline unsigned helper_value() { return 7u; }\n",
-        },
+        HELPER,
     ],
-    compiler: None,
-    no_compiler_reason: "test image",
-    sass_archs: &[],
-    ptx_arch: "compute_90",
-    ptx_isa: None,
-    report: &[],
-};
+);
 
 #[test]
 fn broken_source_reports_the_compile_log() {
@@ -186,15 +207,10 @@ fn broken_source_reports_the_compile_log() {
 fn the_same_program_compiles_once_the_error_is_fixed() {
     // The in-memory header mechanism on its own: the fixed version of BROKEN_IMAGE compiles.
     require_nvrtc();
-    static FIXED: DeviceImage = DeviceImage {
-        name: "fixed",
-        modules: &[Module {
-            source: "tests/fixed.cu",
-            source_name: "fixed.cu",
-            fatbin: None,
-            kernels: &[],
-        }],
-        sources: &[
+    static FIXED: DeviceImage = test_image(
+        "fixed",
+        &[test_module("tests/fixed.cu", "fixed.cu")],
+        &[
             SourceFile {
                 name: "fixed.cu",
                 contents: "#include <helper/util.cuh>\n\
@@ -202,18 +218,9 @@ fn the_same_program_compiles_once_the_error_is_fixed() {
                            \x20   out[0] = helper_value();\n\
                            }\n",
             },
-            SourceFile {
-                name: "helper/util.cuh",
-                contents: "#pragma once\n__device__ inline unsigned helper_value() { return 7u; }\n",
-            },
+            HELPER,
         ],
-        compiler: None,
-        no_compiler_reason: "test image",
-        sass_archs: &[],
-        ptx_arch: "compute_90",
-        ptx_isa: None,
-        report: &[],
-    };
+    );
     let ptx = nvrtc_compile(&FIXED, &FIXED.modules[0], "sm_80").expect("compiles");
     assert!(ptx.contains(".entry fixed_kernel"), "{ptx}");
 }
@@ -228,22 +235,11 @@ fn unknown_architecture_is_an_nvrtc_error() {
 
 #[test]
 fn module_without_embedded_source_is_refused() {
-    static NO_SOURCE: DeviceImage = DeviceImage {
-        name: "nosource",
-        modules: &[Module {
-            source: "tests/missing.cu",
-            source_name: "missing.cu",
-            fatbin: None,
-            kernels: &[],
-        }],
-        sources: &[],
-        compiler: None,
-        no_compiler_reason: "test image",
-        sass_archs: &[],
-        ptx_arch: "compute_90",
-        ptx_isa: None,
-        report: &[],
-    };
+    static NO_SOURCE: DeviceImage = test_image(
+        "nosource",
+        &[test_module("tests/missing.cu", "missing.cu")],
+        &[],
+    );
     require_nvrtc();
     let err = nvrtc_compile(&NO_SOURCE, &NO_SOURCE.modules[0], "sm_90").unwrap_err();
     assert!(
@@ -272,22 +268,11 @@ fn numeric_layer_compiles_through_nvrtc_compile() {
         name: "numerics_instantiate.cu",
         contents: include_str!("../device/tests/cuda/numerics_instantiate.cu"),
     });
-    let image = DeviceImage {
-        name: "numerics",
-        modules: Box::leak(Box::new([Module {
-            source: "device/tests/cuda/numerics_instantiate.cu",
-            source_name: "numerics_instantiate.cu",
-            fatbin: None,
-            kernels: &[],
-        }])),
-        sources: Box::leak(sources.into_boxed_slice()),
-        compiler: None,
-        no_compiler_reason: "test image",
-        sass_archs: &[],
-        ptx_arch: "compute_90",
-        ptx_isa: None,
-        report: &[],
-    };
+    static MODULES: [Module; 1] = [test_module(
+        "device/tests/cuda/numerics_instantiate.cu",
+        "numerics_instantiate.cu",
+    )];
+    let image = test_image("numerics", &MODULES, Box::leak(sources.into_boxed_slice()));
     let ptx = nvrtc_compile(&image, &image.modules[0], "sm_90")
         .unwrap_or_else(|e| panic!("NVRTC failed on numerics_instantiate.cu: {e}"));
     let entries: Vec<&str> = ptx

@@ -28,6 +28,14 @@ fn symcomm(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `symcomm perf COLL FLAGS --device emu`, FLAGS split at white space.
+fn perf_emu(coll: &str, flags: &str) -> Output {
+    let mut args = vec!["perf", coll];
+    args.extend(flags.split_whitespace());
+    args.extend(["--device", "emu"]);
+    symcomm(&args)
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -212,10 +220,7 @@ const COLLECTIVES: [(&str, &str, i64); 7] = [
 #[test]
 fn every_collective_checks_out() {
     for (coll, redop, root) in COLLECTIVES {
-        let out = symcomm(&[
-            "perf", coll, "-t", "3", "-b", "8", "-e", "4K", "-f", "8", "-n", "2", "-w", "1",
-            "--device", "emu",
-        ]);
+        let out = perf_emu(coll, "-t 3 -b 8 -e 4K -f 8 -n 2 -w 1");
         let t = parse(&ok(&out, coll), "");
         check_table(&t, coll, &[8, 64, 512, 4096], 3, redop, root);
         assert!(
@@ -229,50 +234,12 @@ fn every_collective_checks_out() {
 #[test]
 fn roots_and_device_buffers() {
     for coll in ["reduce", "scatter", "broadcast"] {
-        let out = symcomm(&[
-            "perf",
-            coll,
-            "-t",
-            "3",
-            "-r",
-            "2",
-            "-b",
-            "1K",
-            "-e",
-            "1K",
-            "-n",
-            "1",
-            "-w",
-            "0",
-            "--device",
-            "emu",
-            "--buffers",
-            "device",
-        ]);
+        let out = perf_emu(coll, "-t 3 -r 2 -b 1K -e 1K -n 1 -w 0 --buffers device");
         let redop = if coll == "reduce" { "sum" } else { "none" };
         check_table(&parse(&ok(&out, coll), ""), coll, &[1024], 3, redop, 2);
     }
     for coll in ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"] {
-        let out = symcomm(&[
-            "perf",
-            coll,
-            "-t",
-            "2",
-            "-b",
-            "8",
-            "-e",
-            "2K",
-            "-f",
-            "16",
-            "-n",
-            "1",
-            "-w",
-            "1",
-            "--device",
-            "emu",
-            "--buffers",
-            "device",
-        ]);
+        let out = perf_emu(coll, "-t 2 -b 8 -e 2K -f 16 -n 1 -w 1 --buffers device");
         let redop = if coll.starts_with("all_r") || coll.starts_with("reduce") {
             "sum"
         } else {
@@ -291,26 +258,7 @@ fn roots_and_device_buffers() {
 
 #[test]
 fn every_type_and_op() {
-    let out = symcomm(&[
-        "perf",
-        "all_reduce",
-        "-t",
-        "3",
-        "-d",
-        "all",
-        "-o",
-        "all",
-        "-b",
-        "96",
-        "-e",
-        "96",
-        "-n",
-        "1",
-        "-w",
-        "0",
-        "--device",
-        "emu",
-    ]);
+    let out = perf_emu("all_reduce", "-t 3 -d all -o all -b 96 -e 96 -n 1 -w 0");
     let t = parse(&ok(&out, "-d all -o all"), "");
     assert_eq!(t.rows.len(), 12 * 5);
     let mut seen = std::collections::BTreeSet::new();
@@ -328,26 +276,10 @@ fn every_type_and_op() {
     }
     assert_eq!(t.out_of_bounds, "0 OK");
     // reduce_scatter with avg on an 8-bit float and 4 ranks (1 ulp away is still right).
-    let out = symcomm(&[
-        "perf",
+    let out = perf_emu(
         "reduce_scatter",
-        "-t",
-        "4",
-        "-d",
-        "f8e5m2",
-        "-o",
-        "avg",
-        "-b",
-        "1K",
-        "-e",
-        "1K",
-        "-n",
-        "1",
-        "-w",
-        "0",
-        "--device",
-        "emu",
-    ]);
+        "-t 4 -d f8e5m2 -o avg -b 1K -e 1K -n 1 -w 0",
+    );
     let t = parse(&ok(&out, "reduce_scatter avg f8e5m2"), "");
     assert_eq!(t.rows.len(), 1);
     assert!(t.rows[0].groups.iter().all(|g| g.3 == Some(0)));
@@ -356,32 +288,10 @@ fn every_type_and_op() {
 #[test]
 fn every_type_and_op_of_every_collective_through_device_buffers() {
     for (coll, redop, _) in COLLECTIVES {
-        let out = symcomm(&[
-            "perf",
+        let out = perf_emu(
             coll,
-            "-t",
-            "3",
-            "-r",
-            "2",
-            "-d",
-            "all",
-            "-o",
-            "all",
-            "-b",
-            "8",
-            "-e",
-            "4K",
-            "-f",
-            "512",
-            "-n",
-            "1",
-            "-w",
-            "0",
-            "--device",
-            "emu",
-            "--buffers",
-            "device",
-        ]);
+            "-t 3 -r 2 -d all -o all -b 8 -e 4K -f 512 -n 1 -w 0 --buffers device",
+        );
         let t = parse(&ok(&out, coll), "");
         let ops = if redop == "none" { 1 } else { 5 };
         assert_eq!(t.rows.len(), 12 * ops * 2, "{coll}");
@@ -395,10 +305,7 @@ fn every_type_and_op_of_every_collective_through_device_buffers() {
 /// sendrecv with one rank (send to and receive from itself), every type.
 #[test]
 fn sendrecv_to_self() {
-    let out = symcomm(&[
-        "perf", "sendrecv", "-t", "1", "-b", "8", "-e", "4K", "-f", "8", "-n", "2", "-w", "1",
-        "--device", "emu",
-    ]);
+    let out = perf_emu("sendrecv", "-t 1 -b 8 -e 4K -f 8 -n 2 -w 1");
     check_table(
         &parse(&ok(&out, "sendrecv"), ""),
         "sendrecv",
@@ -407,26 +314,10 @@ fn sendrecv_to_self() {
         "none",
         -1,
     );
-    let out = symcomm(&[
-        "perf",
+    let out = perf_emu(
         "sendrecv",
-        "-t",
-        "1",
-        "-d",
-        "all",
-        "-b",
-        "1K",
-        "-e",
-        "1K",
-        "-n",
-        "1",
-        "-w",
-        "0",
-        "--device",
-        "emu",
-        "--buffers",
-        "device",
-    ]);
+        "-t 1 -d all -b 1K -e 1K -n 1 -w 0 --buffers device",
+    );
     let t = parse(&ok(&out, "sendrecv -d all"), "");
     assert_eq!(t.rows.len(), 12);
     assert_eq!(t.out_of_bounds, "0 OK");
@@ -437,26 +328,10 @@ fn sendrecv_to_self() {
 #[test]
 fn sendrecv_ring() {
     for buffers in ["window", "device"] {
-        let out = symcomm(&[
-            "perf",
+        let out = perf_emu(
             "sendrecv",
-            "-t",
-            "3",
-            "-b",
-            "8",
-            "-e",
-            "1M",
-            "-f",
-            "8",
-            "-n",
-            "2",
-            "-w",
-            "1",
-            "--device",
-            "emu",
-            "--buffers",
-            buffers,
-        ]);
+            &format!("-t 3 -b 8 -e 1M -f 8 -n 2 -w 1 --buffers {buffers}"),
+        );
         let sizes = [8, 64, 512, 4096, 32768, 262144];
         check_table(
             &parse(&ok(&out, "sendrecv"), ""),
@@ -471,26 +346,7 @@ fn sendrecv_ring() {
 
 #[test]
 fn checks_off_show_na() {
-    let out = symcomm(&[
-        "perf",
-        "all_gather",
-        "-t",
-        "2",
-        "-c",
-        "0",
-        "-b",
-        "64",
-        "-e",
-        "256",
-        "-f",
-        "4",
-        "-n",
-        "1",
-        "-w",
-        "0",
-        "--device",
-        "emu",
-    ]);
+    let out = perf_emu("all_gather", "-t 2 -c 0 -b 64 -e 256 -f 4 -n 1 -w 0");
     let t = parse(&ok(&out, "-c 0"), "");
     assert_eq!(t.rows.len(), 2);
     assert!(
@@ -503,25 +359,7 @@ fn checks_off_show_na() {
 
 #[test]
 fn json_output() {
-    let out = symcomm(&[
-        "perf",
-        "all_gather",
-        "-t",
-        "2",
-        "-b",
-        "64",
-        "-e",
-        "1K",
-        "-f",
-        "4",
-        "-n",
-        "1",
-        "-w",
-        "0",
-        "--device",
-        "emu",
-        "--json",
-    ]);
+    let out = perf_emu("all_gather", "-t 2 -b 64 -e 1K -f 4 -n 1 -w 0 --json");
     let stdout = ok(&out, "--json");
     let v: serde_json::Value =
         serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{stdout}"));
@@ -626,34 +464,15 @@ fn ranks_as_processes() {
 /// `--copy-bandwidth`: a device-to-device copy reference after the table and in the JSON.
 #[test]
 fn copy_bandwidth_reference() {
-    let args = [
-        "perf",
-        "all_reduce",
-        "-t",
-        "2",
-        "-b",
-        "1K",
-        "-e",
-        "64K",
-        "-f",
-        "8",
-        "-n",
-        "2",
-        "-w",
-        "1",
-        "--device",
-        "emu",
-        "--copy-bandwidth",
-    ];
-    let table = ok(&symcomm(&args), "copy bandwidth");
+    let flags = "-t 2 -b 1K -e 64K -f 8 -n 2 -w 1 --copy-bandwidth";
+    let table = ok(&perf_emu("all_reduce", flags), "copy bandwidth");
     let line = table
         .lines()
         .find(|l| l.starts_with("# Device copy bandwidth:"))
         .unwrap_or_else(|| panic!("no copy bandwidth line in:\n{table}"));
     let gbps: f64 = line.split_whitespace().nth(4).unwrap().parse().unwrap();
     assert!(gbps > 0.0, "{line}");
-    let mut json_args = args.to_vec();
-    json_args.push("--json");
-    let v: serde_json::Value = serde_json::from_str(&ok(&symcomm(&json_args), "json")).unwrap();
+    let json = perf_emu("all_reduce", &format!("{flags} --json"));
+    let v: serde_json::Value = serde_json::from_str(&ok(&json, "json")).unwrap();
     assert!(v["copy_bandwidth_gbps"].as_f64().unwrap() > 0.0, "{v}");
 }

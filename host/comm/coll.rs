@@ -336,7 +336,7 @@ impl Communicator {
         let threads = tune::threads(self.nranks, self.geometry_kind());
         self.builtin_kernel(
             &self.coll.kernels[dtype as usize],
-            dtype.kernel(),
+            dtype.kernel_name(),
             threads,
             LANE_BARRIERS,
         )

@@ -399,11 +399,7 @@ impl Stream {
     pub fn is_idle(&self) -> Result<bool> {
         self.ctx.bind()?;
         // SAFETY: the context is current and the stream is live.
-        match unsafe { dsys::cuStreamQuery(self.stream) } {
-            dsys::CUresult::CUDA_SUCCESS => Ok(true),
-            dsys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            r => Err(cuda_error("cuStreamQuery", r)),
-        }
+        done("cuStreamQuery", unsafe { dsys::cuStreamQuery(self.stream) })
     }
 
     /// What the registry of synchronizing frees (`crate::sync_free`) asks this stream: whether
@@ -518,11 +514,7 @@ impl Event {
     pub fn is_complete(&self) -> Result<bool> {
         self.ctx.bind()?;
         // SAFETY: the context is current and the event is live.
-        match unsafe { dsys::cuEventQuery(self.event) } {
-            dsys::CUresult::CUDA_SUCCESS => Ok(true),
-            dsys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            r => Err(cuda_error("cuEventQuery", r)),
-        }
+        done("cuEventQuery", unsafe { dsys::cuEventQuery(self.event) })
     }
 }
 
@@ -592,5 +584,15 @@ impl Drop for Graph {
                 tracing::warn!(target: "symcomm::cuda", error = ?r, "cuGraphDestroy failed");
             }
         }
+    }
+}
+
+/// The answer of a non-blocking query (`cuStreamQuery`, `cuEventQuery`): finished, not yet, or
+/// the error it reports.
+fn done(call: &'static str, r: dsys::CUresult) -> Result<bool> {
+    match r {
+        dsys::CUresult::CUDA_SUCCESS => Ok(true),
+        dsys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+        r => Err(cuda_error(call, r)),
     }
 }

@@ -9,7 +9,7 @@ use symcomm_device::abi::{
 use super::{BufferRef, DataType};
 use crate::comm::Communicator;
 use crate::stream::{Buffer, KernelArgs, LaunchConfig, Stream};
-use crate::tune::{self, BackendKind};
+use crate::tune;
 use crate::{Error, Result};
 
 // SAFETY: `P2pArgs` is the all-integer `repr(C)` mirror of abi.h's struct (layout pinned on both
@@ -251,10 +251,7 @@ impl Communicator {
             self.control.check_peer(op.peer)?;
         }
         let lane = self.lane(stream)?;
-        let threads = match self.geometry_kind() {
-            BackendKind::Emu => tune::EMU_THREADS,
-            BackendKind::Cuda => tune::CUDA_THREADS,
-        };
+        let threads = tune::base_threads(self.geometry_kind());
         let kernel = self.builtin_kernel(
             &self.coll.p2p_kernel,
             "symcomm_sendrecv",

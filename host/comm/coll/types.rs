@@ -42,6 +42,9 @@ pub enum DataType {
     U64,
 }
 
+/// Prefix of every built-in collective kernel's name.
+const KERNEL_PREFIX: &str = "symcomm_collective_";
+
 impl DataType {
     /// Every type, in `SYMCOMM_DTYPE_*` code order.
     pub const ALL: [DataType; 12] = [
@@ -85,13 +88,9 @@ impl DataType {
 
     /// Parses a nccl-tests name or a Rust-style one (`f32`, `bf16`, `fp8_e4m3`, `u8`, ...).
     pub fn parse(s: &str) -> Option<Self> {
-        let rust = [
-            "f32", "f64", "f16", "bf16", "fp8_e4m3", "fp8_e5m2", "i8", "u8", "i32", "u32", "i64",
-            "u64",
-        ];
         DataType::ALL
             .into_iter()
-            .find(|d| d.name() == s || rust[*d as usize] == s)
+            .find(|d| d.name() == s || d.rust_name() == s)
     }
 
     /// Whether the type is a floating-point one.
@@ -99,7 +98,17 @@ impl DataType {
         (self as u32) < 6
     }
 
-    pub(super) fn kernel(self) -> &'static str {
+    /// The Rust-style name (`f32`, `bf16`, `fp8_e4m3`, `u8`, ...): the suffix of
+    /// [`kernel_name`](Self::kernel_name).
+    fn rust_name(self) -> &'static str {
+        let kernel = self.kernel_name();
+        kernel.strip_prefix(KERNEL_PREFIX).unwrap_or(kernel)
+    }
+
+    /// The name of the built-in collective kernel for this type in
+    /// [`DEVICE_IMAGE`](crate::DEVICE_IMAGE): `symcomm_collective_` followed by the
+    /// Rust-style name that [`parse`](Self::parse) accepts (`f32`, `bf16`, `fp8_e4m3`, ...).
+    pub fn kernel_name(self) -> &'static str {
         [
             "symcomm_collective_f32",
             "symcomm_collective_f64",
