@@ -3,86 +3,13 @@
 
 use super::*;
 
-/// Storage format of an element type.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum Fmt {
-    F32,
-    /// IEEE-like binary format (bf16, fp8) with exponent bits, mantissa bits, bias.
-    Mini {
-        ebits: u32,
-        mbits: u32,
-        bias: i32,
-    },
-    U8,
-}
-
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct DType {
-    pub(crate) code: u32,
-    pub(crate) name: &'static str,
-    pub(crate) size: usize,
-    pub(crate) fmt: Fmt,
-}
-
-pub(crate) const F32: DType = DType {
-    code: SYMCOMM_DTYPE_F32,
-    name: "f32",
-    size: 4,
-    fmt: Fmt::F32,
-};
-pub(crate) const BF16: DType = DType {
-    code: SYMCOMM_DTYPE_BF16,
-    name: "bf16",
-    size: 2,
-    fmt: Fmt::Mini {
-        ebits: 8,
-        mbits: 7,
-        bias: 127,
-    },
-};
-pub(crate) const FP8_E4M3: DType = DType {
-    code: SYMCOMM_DTYPE_FP8_E4M3,
-    name: "fp8_e4m3",
-    size: 1,
-    fmt: Fmt::Mini {
-        ebits: 4,
-        mbits: 3,
-        bias: 7,
-    },
-};
-pub(crate) const U8: DType = DType {
-    code: SYMCOMM_DTYPE_U8,
-    name: "u8",
-    size: 1,
-    fmt: Fmt::U8,
-};
-
 /// Element types of the reductions, and of the copy collectives.
-pub(crate) const REDUCTION_DTYPES: [DType; 4] = [F32, BF16, U8, FP8_E4M3];
-pub(crate) const COPY_DTYPES: [DType; 3] = [F32, BF16, U8];
-pub(crate) const REDOPS: [(u32, &str); 2] =
-    [(SYMCOMM_REDOP_SUM, "sum"), (SYMCOMM_REDOP_MAX, "max")];
+pub(crate) fn reduction_dtypes() -> [DType; 4] {
+    ["f32", "bf16", "u8", "fp8_e4m3"].map(dtype)
+}
 
-impl DType {
-    /// Bits of the integer `v`: exact for the floating-point types (every value the checks use is
-    /// a small integer, exactly representable), wrapped for u8.
-    pub(crate) fn encode(&self, v: i64) -> u64 {
-        match self.fmt {
-            Fmt::F32 => u64::from((v as f32).to_bits()),
-            Fmt::U8 => (v as u64) & 0xff,
-            Fmt::Mini { ebits, mbits, bias } => {
-                let sign = if v < 0 { 1u64 << (ebits + mbits) } else { 0 };
-                let a = v.unsigned_abs();
-                if a == 0 {
-                    return sign;
-                }
-                // a = 1.m x 2^e with e = floor(log2 a); integers >= 1 are normal numbers here.
-                let e = 63 - a.leading_zeros();
-                let man = ((a << mbits) >> e) - (1u64 << mbits);
-                sign | (((i64::from(e) + i64::from(bias)) as u64) << mbits) | man
-            }
-        }
-    }
+pub(crate) fn copy_dtypes() -> [DType; 3] {
+    ["f32", "bf16", "u8"].map(dtype)
 }
 
 pub(crate) fn kind_name(kind: u32) -> &'static str {
@@ -119,45 +46,6 @@ pub(crate) fn status_name(s: u32) -> &'static str {
         _ => "?",
     }
 }
-
-pub(crate) fn hash(rank: u32, i: u64, salt: u64) -> u64 {
-    u64::from(rank)
-        .wrapping_mul(0x9e37_79b9)
-        .wrapping_add(i.wrapping_mul(0x85eb_ca6b))
-        .wrapping_add(salt)
-        .wrapping_mul(0xc2b2_ae35)
-        >> 17
-}
-
-/// Input element `i` of `rank`, chosen so that reductions over <= 8 ranks are exact in the type
-/// (nccl-tests style): small integers for sums, [-8, 8] for max, any bits for u8 (sums wrap),
-/// [-256, 255] for the copy collectives (`op` None).
-pub(crate) fn input(dt: &DType, op: Option<u32>, rank: u32, i: u64, salt: u64) -> i64 {
-    let h = hash(rank, i, salt);
-    match (dt.fmt, op) {
-        (Fmt::U8, _) => (h & 0xff) as i64,
-        (_, None) => (h % 512) as i64 - 256,
-        (_, Some(SYMCOMM_REDOP_MAX)) => (h % 17) as i64 - 8,
-        _ if dt.size == 1 => (h % 2) as i64,
-        _ => (h % 4) as i64,
-    }
-}
-
-/// The reduction of `vals` with `op` (sum or max) as the type computes it: exact for the inputs
-/// above, u8 sums wrapped.
-pub(crate) fn reduce_vals(dt: &DType, op: u32, vals: impl Iterator<Item = i64>) -> i64 {
-    if op == SYMCOMM_REDOP_MAX {
-        vals.max().unwrap_or(0)
-    } else if dt.fmt == Fmt::U8 {
-        vals.fold(0, |a, b| (a + b) & 0xff)
-    } else {
-        vals.sum()
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Collectives: one call on every rank of a team, and its check
-// ---------------------------------------------------------------------------------------------
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Case {
@@ -201,10 +89,7 @@ impl Case {
             kind_name(self.kind),
             self.dt.name,
             match self.reduction() {
-                Some(op) => format!(
-                    " {}",
-                    REDOPS.iter().find(|o| o.0 == op).map_or("?", |o| o.1)
-                ),
+                Some(op) => format!(" {}", op_name(op)),
                 None => String::new(),
             },
             self.nranks,
@@ -368,8 +253,22 @@ pub(crate) fn exec_case<R: Ranks>(
         ));
     }
     let op = c.reduction();
-    let enc = |v: i64| c.dt.encode(v);
-    let val = |p: u32, t: u64, e: u64| input(&c.dt, op, p, e + (t << 32), salt);
+    // The value model of the emulator tests (support::values): reductions get inputs whose
+    // reductions are exact in the type, the data-movement collectives arbitrary bits. Element
+    // `e` of tile `t` is index `e + (t << 32)`.
+    let val = |p: u32, t: u64, e: u64| {
+        input(
+            &c.dt,
+            op.unwrap_or(SYMCOMM_REDOP_SUM),
+            p,
+            e + (t << 32),
+            salt,
+        )
+    };
+    let bits = |p: u32, t: u64, e: u64| match op {
+        Some(_) => c.dt.encode(val(p, t, e)),
+        None => raw_bits(&c.dt, p, e + (t << 32), salt),
+    };
 
     // Inputs, on a canary background.
     let src: Vec<Vec<u8>> = (0..n)
@@ -378,7 +277,7 @@ pub(crate) fn exec_case<R: Ranks>(
             let (s, _) = c.offsets(&lay, u64::from(r));
             for t in 0..lay.tiles {
                 for e in 0..lay.in_elems {
-                    put(&mut img, sz, t * lay.tile_stride + s + e, enc(val(r, t, e)));
+                    put(&mut img, sz, t * lay.tile_stride + s + e, bits(r, t, e));
                 }
             }
             img
@@ -389,7 +288,10 @@ pub(crate) fn exec_case<R: Ranks>(
         Some(op) => (0..lay.tiles)
             .map(|t| {
                 (0..lay.in_elems)
-                    .map(|e| enc(reduce_vals(&c.dt, op, (0..n).map(|p| val(p, t, e)))))
+                    .map(|e| {
+                        let vals: Vec<Val> = (0..n).map(|p| val(p, t, e)).collect();
+                        c.dt.encode(reduce_vals(&c.dt, op, &vals))
+                    })
                     .collect()
             })
             .collect(),
@@ -428,14 +330,14 @@ pub(crate) fn exec_case<R: Ranks>(
                     }
                     SYMCOMM_COLL_ALL_GATHER => {
                         for p in 0..n {
-                            set(u64::from(p) * count + i, enc(val(p, t, i)));
+                            set(u64::from(p) * count + i, bits(p, t, i));
                         }
                     }
-                    SYMCOMM_COLL_BROADCAST => set(i, enc(val(c.root, t, i))),
-                    SYMCOMM_COLL_SCATTER => set(i, enc(val(c.root, t, ru * count + i))),
+                    SYMCOMM_COLL_BROADCAST => set(i, bits(c.root, t, i)),
+                    SYMCOMM_COLL_SCATTER => set(i, bits(c.root, t, ru * count + i)),
                     _ => {
                         for p in 0..n {
-                            set(u64::from(p) * count + i, enc(val(p, t, ru * count + i)));
+                            set(u64::from(p) * count + i, bits(p, t, ru * count + i));
                         }
                     }
                 }

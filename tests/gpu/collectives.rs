@@ -5,7 +5,7 @@ use super::*;
 /// The built-in collective kernels of every dtype checked, from the fatbin (or NVRTC).
 pub(crate) fn collective_kernel_names() -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
-    for dt in REDUCTION_DTYPES.iter().chain(COPY_DTYPES.iter()) {
+    for dt in reduction_dtypes().iter().chain(copy_dtypes().iter()) {
         let name = format!("symcomm_collective_{}", dt.name);
         if !names.contains(&name) {
             names.push(name);

@@ -21,8 +21,9 @@
 //!   reductions} x {sum, max} for the reductions, for 2 and 4 ranks launched concurrently on one
 //!   stream each, out of place and in place (NCCL's in-place offsets), grid scope (4 CTAs x 256
 //!   threads) and CTA scope (2 CTAs, one collective per CTA on its own tile), counts 1, 1023 and
-//!   65537, plus misaligned offsets; inputs whose results are exactly representable
-//!   (tests/emu_collectives.rs), every output compared bit for bit (`#wrong`), every other byte of
+//!   65537, plus misaligned offsets; the emulator tests' value model (tests/support/values.rs:
+//!   reduction inputs whose results are exactly representable, arbitrary bits for the
+//!   data-movement collectives), every output compared bit for bit (`#wrong`), every other byte of
 //!   both windows compared with what was there before (`#clobbered`: canaries, and inputs that an
 //!   out-of-place call must leave alone), every rank's error record checked. A failed case gets a
 //!   fresh communicator (signals, error records and abort flag zeroed); after 2 stalled cases
@@ -76,6 +77,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::values::{DType, Val, dtype, hash, input, op_name, raw_bits, reduce_vals};
 use support::{KINDS, blocks};
 use symcomm::DEVICE_IMAGE;
 use symcomm::abi::*;

@@ -33,12 +33,15 @@ pub(crate) struct Group {
 pub(crate) fn matrix_groups(cfg: &MatrixConfig) -> Vec<Group> {
     let mut groups = Vec::new();
     for kind in KINDS {
-        let (dtypes, ops): (&[DType], &[u32]) = if is_reduction(kind) {
-            (&REDUCTION_DTYPES, &[SYMCOMM_REDOP_SUM, SYMCOMM_REDOP_MAX])
+        let (dtypes, ops): (Vec<DType>, &[u32]) = if is_reduction(kind) {
+            (
+                reduction_dtypes().to_vec(),
+                &[SYMCOMM_REDOP_SUM, SYMCOMM_REDOP_MAX],
+            )
         } else {
-            (&COPY_DTYPES, &[0])
+            (copy_dtypes().to_vec(), &[0])
         };
-        for &dt in dtypes {
+        for &dt in &dtypes {
             let mut cases = Vec::new();
             for &nranks in &cfg.nranks {
                 for &op in ops {
