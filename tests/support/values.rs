@@ -3,8 +3,9 @@
 //! (nccl-tests style), the reference reduction, and the seeded generator that selects cases
 //! (`SYMCOMM_TEST_SEED` replays a run).
 //!
-//! Used by `emu_collectives.rs` (device collectives through the built-in kernels) and `coll.rs`
-//! (host collectives on a `Communicator`).
+//! Used by `emu_collectives.rs` (device collectives through the built-in kernels), `coll.rs`
+//! (host collectives on a `Communicator`) and the GPU checks (`gpu/cases.rs`: the same kernels on
+//! a GPU, and on the emulator with `--emu`).
 
 use symcomm::abi::*;
 use symcomm::{DataType, RedOp};
@@ -148,6 +149,14 @@ pub(crate) const DTYPES: [DType; 12] = [
     },
 ];
 
+/// The element type named `name` (`f32`, `bf16`, ...) of [`DTYPES`].
+pub(crate) fn dtype(name: &str) -> DType {
+    *DTYPES
+        .iter()
+        .find(|d| d.name == name)
+        .unwrap_or_else(|| panic!("no element type {name}"))
+}
+
 /// A value of the test: exact float, or integer (wrapped to the type's width when encoded).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum Val {
@@ -251,11 +260,21 @@ pub(crate) const OPS: [(u32, &str); 5] = [
     (SYMCOMM_REDOP_AVG, "avg"),
 ];
 
+/// The hash behind [`input`]: 47 well-spread bits of (rank, i, salt), wrapping (so any index,
+/// e.g. a tile number in the high bits, is valid).
+pub(crate) fn hash(rank: u32, i: u64, salt: u64) -> u64 {
+    u64::from(rank)
+        .wrapping_mul(0x9e37_79b9)
+        .wrapping_add(i.wrapping_mul(0x85eb_ca6b))
+        .wrapping_add(salt)
+        .wrapping_mul(0xc2b2_ae35)
+        >> 17
+}
+
 /// Input element `i` of `rank`, chosen so that reductions over <= 8 ranks are exact in the type
 /// (nccl-tests style): small integers for sums, {-1, 1, 2} for products, powers of two.
 pub(crate) fn input(dt: &DType, op: u32, rank: u32, i: u64, salt: u64) -> Val {
-    let h =
-        (u64::from(rank) * 0x9e37_79b9 + i * 0x85eb_ca6b + salt).wrapping_mul(0xc2b2_ae35) >> 17;
+    let h = hash(rank, i, salt);
     if let Fmt::Int { .. } = dt.fmt {
         // Any bits: integer sums and products wrap.
         let wide = (h as i128) * 0x1_0000_0001 + i128::from(rank);
