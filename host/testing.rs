@@ -7,7 +7,7 @@
 //!   and the raw launch of an embedded kernel (`tests/emu_*.rs`).
 //! - [`cuda`]: the CUDA layer beneath [`Backend::Cuda`](crate::Backend::Cuda) — modules,
 //!   functions, raw streams, events, graphs, device buffers, VMM — for the GPU checks
-//!   (`tests/gpu.rs`) and the NVRTC check (`tests/nvrtc.rs`).
+//!   (`tests/gpu/`) and the NVRTC check (`tests/nvrtc.rs`).
 //! - [`wire`]: the bootstrap wire format as plain values, every frame's encoder and decoder
 //!   (the fuzz targets in `fuzz/`, `tests/wire_props.rs`).
 //! - [`parse`]: the one-value environment parsers (the `env` fuzz target).

@@ -1,7 +1,7 @@
 //! Backends that run device code: CUDA GPUs and the CPU emulator.
 
 // The CUDA layer's `pub` items beyond what `crate::cuda` and `Backend` make public are the raw
-// layer that the `testing` feature exports (tests/gpu.rs builds on it): without that feature
+// layer that the `testing` feature exports (tests/gpu/ builds on it): without that feature
 // they are crate-internal, and what only those tests call is unused.
 #[cfg_attr(not(feature = "testing"), allow(unreachable_pub, dead_code))]
 pub(crate) mod cuda;
