@@ -17,7 +17,9 @@ fuzz_target!(|data: &[u8]| {
     let again = control_round_trip(tag, payload).expect("every listed tag has a decoder");
     if let Ok(bytes) = again {
         assert_eq!(bytes, payload, "tag {tag:#x}: re-encoded differently");
-        let twice = control_round_trip(tag, &bytes).expect("listed").expect("re-encoded decodes");
+        let twice = control_round_trip(tag, &bytes)
+            .expect("listed")
+            .expect("re-encoded decodes");
         assert_eq!(twice, bytes);
     }
 });

@@ -73,9 +73,14 @@ fuzz_target!(|data: &[u8]| {
         };
         for secret in secrets(v) {
             for w in symcomm_fuzz::secret_windows(secret, &shown) {
-                let elsewhere = vars
-                    .iter()
-                    .any(|(n, other)| *n != secret_var && other.to_ascii_lowercase().contains(&w));
+                // Another value shown as is, or as `Debug` escapes it (`"\0"` then `"01…"`
+                // reads as the hex run `001…`: the fuzzer found that one).
+                let elsewhere = vars.iter().any(|(n, other)| {
+                    *n != secret_var
+                        && [other.clone(), format!("{other:?}")]
+                            .iter()
+                            .any(|o| o.to_ascii_lowercase().contains(&w))
+                });
                 assert!(elsewhere, "{vars:?} shows part of a secret: {shown}");
             }
         }

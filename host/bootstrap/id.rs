@@ -257,8 +257,15 @@ impl FromStr for UniqueId {
             ))
         })?;
         if version != PROTOCOL_VERSION {
+            // A number of 8 or more digits is not shown: it could be 8 characters of a secret
+            // (found by the `env` fuzz target).
+            let which = if version < 10_000_000 {
+                version.to_string()
+            } else {
+                format!("of {} digits", version.to_string().len())
+            };
             return Err(bad(format!(
-                "protocol version {version} is not supported (this symcomm speaks version {PROTOCOL_VERSION})"
+                "protocol version {which} is not supported (this symcomm speaks version {PROTOCOL_VERSION})"
             )));
         }
         // <ip>:<port> — an IPv6 address is bracketed, so the first `:` after it (or after an
@@ -406,6 +413,9 @@ mod tests {
             format!("symcomm:127.0.0.1:5000:{sec}"),
             sec.to_string(),
             format!("symcomm1:127.0.0.1:5000:{sec}:{sec}"),
+            // A version made of the secret's digits (the env fuzz target's find).
+            format!("symcomm{}:127.0.0.1:5000:{sec}", &sec[..10]),
+            format!("symcomm{}:127.0.0.1:5000:{sec}", &sec[1..9]),
             format!("symcomm1:127.0.0.1:99999:{sec}"),
             format!("symcomm1:localhost:5000:{sec}"),
         ];
