@@ -531,6 +531,22 @@ pub(crate) enum AbortCode {
     Stopped = 7,
 }
 
+impl AbortCode {
+    /// The code of wire byte `v`, if any.
+    pub(crate) fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            1 => AbortCode::AuthFailed,
+            2 => AbortCode::VersionMismatch,
+            3 => AbortCode::DuplicateRank,
+            4 => AbortCode::RankOutOfRange,
+            5 => AbortCode::NranksMismatch,
+            6 => AbortCode::Timeout,
+            7 => AbortCode::Stopped,
+            _ => return None,
+        })
+    }
+}
+
 /// Root → client.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Abort {
@@ -555,16 +571,8 @@ impl Abort {
 
     pub(crate) fn decode(payload: &[u8]) -> Result<Self, FrameError> {
         let mut c = Cursor { buf: payload };
-        let code = match c.u8("abort code")? {
-            1 => AbortCode::AuthFailed,
-            2 => AbortCode::VersionMismatch,
-            3 => AbortCode::DuplicateRank,
-            4 => AbortCode::RankOutOfRange,
-            5 => AbortCode::NranksMismatch,
-            6 => AbortCode::Timeout,
-            7 => AbortCode::Stopped,
-            _ => return Err(FrameError::Malformed("abort code")),
-        };
+        let code =
+            AbortCode::from_u8(c.u8("abort code")?).ok_or(FrameError::Malformed("abort code"))?;
         let value = c.u32("abort value")?;
         let count = c.u32("missing count")? as usize;
         // The header limit already bounds the payload; this bounds the loop by what is there.
@@ -724,6 +732,18 @@ pub(crate) enum LostReason {
     Aborted = 3,
 }
 
+impl LostReason {
+    /// The reason of wire byte `v`, if any.
+    pub(crate) fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            1 => LostReason::Disconnected,
+            2 => LostReason::HeartbeatMissed,
+            3 => LostReason::Aborted,
+            _ => return None,
+        })
+    }
+}
+
 /// How a communicator left, in its goodbye. The numbers are the wire encoding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -732,6 +752,17 @@ pub(crate) enum Farewell {
     Destroyed = 1,
     /// Aborted: a fault, the peers abort too.
     Aborted = 2,
+}
+
+impl Farewell {
+    /// The farewell of wire byte `v`, if any.
+    pub(crate) fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            1 => Farewell::Destroyed,
+            2 => Farewell::Aborted,
+            _ => return None,
+        })
+    }
 }
 
 /// Either way: the sender leaves (`how`) after `calls` collective calls and `gathers` host
@@ -746,11 +777,7 @@ pub(crate) fn encode_goodbye(how: Farewell, calls: u64, gathers: u64) -> Vec<u8>
 
 pub(crate) fn decode_goodbye(payload: &[u8]) -> Result<(Farewell, u64, u64), FrameError> {
     let mut c = Cursor { buf: payload };
-    let how = match c.u8("farewell")? {
-        1 => Farewell::Destroyed,
-        2 => Farewell::Aborted,
-        _ => return Err(FrameError::Malformed("farewell")),
-    };
+    let how = Farewell::from_u8(c.u8("farewell")?).ok_or(FrameError::Malformed("farewell"))?;
     let calls = c.u64("collective calls")?;
     let gathers = c.u64("host all-gathers")?;
     c.end()?;
@@ -787,12 +814,8 @@ pub(crate) fn encode_peer_lost(rank: u32, why: LostReason) -> Vec<u8> {
 pub(crate) fn decode_peer_lost(payload: &[u8]) -> Result<(u32, LostReason), FrameError> {
     let mut c = Cursor { buf: payload };
     let rank = c.u32("lost rank")?;
-    let why = match c.u8("lost reason")? {
-        1 => LostReason::Disconnected,
-        2 => LostReason::HeartbeatMissed,
-        3 => LostReason::Aborted,
-        _ => return Err(FrameError::Malformed("lost reason")),
-    };
+    let why =
+        LostReason::from_u8(c.u8("lost reason")?).ok_or(FrameError::Malformed("lost reason"))?;
     c.end()?;
     Ok((rank, why))
 }

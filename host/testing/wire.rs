@@ -81,36 +81,6 @@ pub enum Message {
     },
 }
 
-fn abort_code(v: u8) -> Option<AbortCode> {
-    Some(match v {
-        1 => AbortCode::AuthFailed,
-        2 => AbortCode::VersionMismatch,
-        3 => AbortCode::DuplicateRank,
-        4 => AbortCode::RankOutOfRange,
-        5 => AbortCode::NranksMismatch,
-        6 => AbortCode::Timeout,
-        7 => AbortCode::Stopped,
-        _ => return None,
-    })
-}
-
-fn lost_reason(v: u8) -> Option<LostReason> {
-    Some(match v {
-        1 => LostReason::Disconnected,
-        2 => LostReason::HeartbeatMissed,
-        3 => LostReason::Aborted,
-        _ => return None,
-    })
-}
-
-fn farewell(v: u8) -> Option<Farewell> {
-    Some(match v {
-        1 => Farewell::Destroyed,
-        2 => Farewell::Aborted,
-        _ => return None,
-    })
-}
-
 fn contribution((tag, data): &(u32, Vec<u8>)) -> Contribution {
     Contribution {
         tag: *tag,
@@ -158,7 +128,7 @@ impl Message {
                 missing,
                 message,
             } => Abort {
-                code: abort_code(*code)?,
+                code: AbortCode::from_u8(*code)?,
                 value: *value,
                 missing: missing.clone(),
                 message: message.clone(),
@@ -180,13 +150,13 @@ impl Message {
                 wire::encode_gathered(*seq, &all)
             }
             Message::PeerLost { rank, reason } => {
-                wire::encode_peer_lost(*rank, lost_reason(*reason)?)
+                wire::encode_peer_lost(*rank, LostReason::from_u8(*reason)?)
             }
             Message::Goodbye {
                 farewell: how,
                 calls,
                 gathers,
-            } => wire::encode_goodbye(farewell(*how)?, *calls, *gathers),
+            } => wire::encode_goodbye(Farewell::from_u8(*how)?, *calls, *gathers),
             Message::Departed {
                 rank,
                 calls,
