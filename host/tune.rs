@@ -234,6 +234,14 @@ impl BackendKind {
             BackendKind::Emu => "emu",
         }
     }
+
+    /// `a CUDA GPU` or `the emulator`, for messages.
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            BackendKind::Cuda => "a CUDA GPU",
+            BackendKind::Emu => "the emulator",
+        }
+    }
 }
 
 /// Parameters of the alpha–beta model for one backend (see the [module docs](self)): the one

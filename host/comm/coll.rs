@@ -14,7 +14,6 @@ use symcomm_device::abi::{
 };
 
 use super::Communicator;
-use crate::backend::Backend;
 use crate::stream::{Buffer, Kernel, KernelArgs, LaunchConfig, RetainFn, Retained, Stream};
 use crate::tune::{self, Algorithm, BackendKind, Collective};
 use crate::{Error, Result};
@@ -302,16 +301,9 @@ impl Communicator {
             coll,
             bytes,
             self.nranks,
-            self.backend_kind(),
+            self.backend.kind(),
             self.forced_algo()?,
         ))
-    }
-
-    fn backend_kind(&self) -> BackendKind {
-        match self.backend {
-            Backend::Cuda(_) => BackendKind::Cuda,
-            _ => BackendKind::Emu,
-        }
     }
 
     fn forced_algo(&self) -> Result<Option<Algorithm>> {
@@ -328,7 +320,7 @@ impl Communicator {
         if self.options.emu_cuda_geometry {
             BackendKind::Cuda
         } else {
-            self.backend_kind()
+            self.backend.kind()
         }
     }
 
@@ -398,7 +390,7 @@ impl Communicator {
             coll,
             msg_bytes,
             self.nranks,
-            self.backend_kind(),
+            self.backend.kind(),
             self.forced_algo()?,
         );
         let kind = algo.kind_code(coll).ok_or_else(|| {

@@ -20,42 +20,34 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use symcomm_device::abi::{ErrorRecord, WindowHandleRaw};
 
-use crate::backend::Backend;
 use crate::backend::cuda::{HostMapped, VmmRange, VmmSegment};
 use crate::backend::emu::memory::{self as emu, HeapBlock, MemfdRange};
+use crate::backend::{Backend, PerBackend, on_backend};
 use crate::{Error, Result};
 
 /// Size granularity of one rank's copy on `backend`.
 pub(crate) fn granularity(backend: &Backend) -> Result<u64> {
-    match backend {
-        Backend::Emu => Ok(emu::granularity()),
-        Backend::Cuda(d) => VmmSegment::granularity(d),
-    }
+    on_backend!(backend.make(VmmSegment::granularity, || Ok(emu::granularity()))?, g => Ok(g))
 }
 
-/// This rank's copy of a window, before mapping: exportable as an fd.
-pub(crate) enum Segment {
-    /// A memfd of `stride` bytes.
-    Emu(OwnedFd),
-    /// A VMM allocation and its exported fd.
-    Cuda(VmmSegment),
-}
+/// This rank's copy of a window, before mapping, exportable as an fd: a VMM allocation and its
+/// exported fd on CUDA, a memfd of `stride` bytes on the emulator.
+pub(crate) struct Segment(PerBackend<VmmSegment, OwnedFd>);
 
 impl Segment {
     /// Allocates `stride` bytes (a multiple of [`granularity`]) of zero-initialized memory.
     pub(crate) fn create(backend: &Backend, stride: u64, label: &str) -> Result<Self> {
-        match backend {
-            Backend::Emu => Ok(Segment::Emu(emu::create_memfd(stride, label)?)),
-            Backend::Cuda(d) => Ok(Segment::Cuda(VmmSegment::create(d, stride)?)),
-        }
+        backend
+            .make(
+                |d| VmmSegment::create(d, stride),
+                || emu::create_memfd(stride, label),
+            )
+            .map(Segment)
     }
 
     /// The fd to pass to the other local ranks.
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
-        match self {
-            Segment::Emu(fd) => fd.as_fd(),
-            Segment::Cuda(s) => s.fd(),
-        }
+        on_backend!(&self.0, s => s.as_fd())
     }
 }
 
@@ -64,14 +56,8 @@ pub(crate) struct FlatMapping {
     base: u64,
     stride: u64,
     nranks: u32,
-    kind: MappingKind,
-}
-
-enum MappingKind {
-    Emu(MemfdRange),
-    Cuda(VmmRange),
-    /// Handed to `crate::sync_free` by the mapping's drop.
-    Released,
+    /// `None` once handed to `crate::sync_free` by the mapping's drop.
+    range: Option<PerBackend<VmmRange, MemfdRange>>,
 }
 
 impl std::fmt::Debug for FlatMapping {
@@ -98,26 +84,22 @@ impl FlatMapping {
                     "a window of {stride} bytes x {nranks} ranks does not fit the address space"
                 ))
             })?;
-        match backend {
-            Backend::Emu => {
-                let range = MemfdRange::map(stride, total, &fds)?;
-                Ok(FlatMapping {
-                    base: range.base(),
-                    stride,
-                    nranks,
-                    kind: MappingKind::Emu(range),
-                })
-            }
-            Backend::Cuda(d) => {
-                let range = VmmRange::map(d, stride, fds)?;
-                Ok(FlatMapping {
-                    base: range.base(),
-                    stride,
-                    nranks,
-                    kind: MappingKind::Cuda(range),
-                })
-            }
-        }
+        let range = match backend {
+            Backend::Cuda(d) => PerBackend::Cuda(VmmRange::map(d, stride, fds)?),
+            Backend::Emu => PerBackend::Emu(MemfdRange::map(stride, total, &fds)?),
+        };
+        Ok(FlatMapping {
+            base: on_backend!(&range, r => r.base()),
+            stride,
+            nranks,
+            range: Some(range),
+        })
+    }
+
+    fn range(&self) -> &PerBackend<VmmRange, MemfdRange> {
+        self.range
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("a mapping is released only by its drop"))
     }
 
     /// Device address of rank 0's copy.
@@ -154,31 +136,19 @@ impl FlatMapping {
     /// Copies `data` into rank `rank`'s copy at byte `offset` (bounds checked by the caller).
     pub(crate) fn write(&self, rank: u32, offset: u64, data: &[u8]) -> Result<()> {
         let addr = self.base + u64::from(rank) * self.stride + offset;
-        match &self.kind {
-            MappingKind::Emu(r) => r.write(addr, data),
-            MappingKind::Cuda(r) => r.write(addr, data),
-            MappingKind::Released => unreachable!("a mapping is released only by its drop"),
-        }
+        on_backend!(self.range(), r => r.write(addr, data))
     }
 
     /// Copies rank `rank`'s copy at byte `offset` into `out` (bounds checked by the caller).
     pub(crate) fn read(&self, rank: u32, offset: u64, out: &mut [u8]) -> Result<()> {
         let addr = self.base + u64::from(rank) * self.stride + offset;
-        match &self.kind {
-            MappingKind::Emu(r) => r.read(addr, out),
-            MappingKind::Cuda(r) => r.read(addr, out),
-            MappingKind::Released => unreachable!("a mapping is released only by its drop"),
-        }
+        on_backend!(self.range(), r => r.read(addr, out))
     }
 
     /// Sets every byte of rank `rank`'s copy to zero.
     pub(crate) fn zero(&self, rank: u32) -> Result<()> {
         let addr = self.base + u64::from(rank) * self.stride;
-        match &self.kind {
-            MappingKind::Emu(r) => r.zero(addr, self.stride),
-            MappingKind::Cuda(r) => r.zero(addr, self.stride),
-            MappingKind::Released => unreachable!("a mapping is released only by its drop"),
-        }
+        on_backend!(self.range(), r => r.zero(addr, self.stride))
     }
 }
 
@@ -187,13 +157,9 @@ impl Drop for FlatMapping {
         // Unmapping synchronizes the GPU (cuMemUnmap): only while no symcomm stream has work in
         // flight (`crate::sync_free`). The emulator models that wait (in `MemfdRange`'s drop).
         // Both ranges unmap and release on their own drop.
-        let free: Box<dyn FnOnce() + Send> =
-            match std::mem::replace(&mut self.kind, MappingKind::Released) {
-                MappingKind::Emu(range) => Box::new(move || drop(range)),
-                MappingKind::Cuda(range) => Box::new(move || drop(range)),
-                MappingKind::Released => return,
-            };
-        crate::sync_free::release(free);
+        if let Some(range) = self.range.take() {
+            crate::sync_free::release(Box::new(move || drop(range)));
+        }
     }
 }
 
@@ -203,33 +169,23 @@ impl Drop for FlatMapping {
 pub(crate) struct ControlBlock {
     host: *mut u8,
     device: u64,
-    _keep: ControlMemory,
-}
-
-/// Owns the block's memory; only its drop matters.
-enum ControlMemory {
-    Emu(HeapBlock),
-    Cuda(HostMapped),
-    /// Handed to `crate::sync_free` by the block's drop.
-    Released,
+    /// Owns the block's memory; only its drop matters. `None` once handed to
+    /// `crate::sync_free` by the block's drop.
+    memory: Option<PerBackend<HostMapped, HeapBlock>>,
 }
 
 impl Drop for ControlBlock {
     fn drop(&mut self) {
         // cuMemFreeHost synchronizes the GPU: only while no symcomm stream has work in flight
         // (`crate::sync_free`). The emulator models that wait (in `HeapBlock`'s drop).
-        let free: Box<dyn FnOnce() + Send> =
-            match std::mem::replace(&mut self._keep, ControlMemory::Released) {
-                ControlMemory::Emu(mem) => Box::new(move || drop(mem)),
-                ControlMemory::Cuda(mem) => Box::new(move || drop(mem)),
-                ControlMemory::Released => return,
-            };
-        crate::sync_free::release(free);
+        if let Some(memory) = self.memory.take() {
+            crate::sync_free::release(Box::new(move || drop(memory)));
+        }
     }
 }
 
 // SAFETY: the block is plain words accessed through atomics (abort flag, error status) or read
-// as a whole after kernels finished; the pointer is to memory owned by `_keep`.
+// as a whole after kernels finished; the pointer is to memory owned by `memory`.
 unsafe impl Send for ControlBlock {}
 // SAFETY: as for Send.
 unsafe impl Sync for ControlBlock {}
@@ -240,24 +196,12 @@ const _: () = assert!(ERROR_OFFSET + size_of::<ErrorRecord>() <= 64);
 
 impl ControlBlock {
     pub(crate) fn new(backend: &Backend) -> Result<Self> {
-        match backend {
-            Backend::Emu => {
-                let mem = HeapBlock::new();
-                Ok(ControlBlock {
-                    host: mem.host_ptr(),
-                    device: mem.host_ptr() as u64,
-                    _keep: ControlMemory::Emu(mem),
-                })
-            }
-            Backend::Cuda(d) => {
-                let mem = HostMapped::new(d, 64)?;
-                Ok(ControlBlock {
-                    host: mem.host_ptr(),
-                    device: mem.device_ptr(),
-                    _keep: ControlMemory::Cuda(mem),
-                })
-            }
-        }
+        let memory = backend.make(|d| HostMapped::new(d, 64), || Ok(HeapBlock::new()))?;
+        Ok(ControlBlock {
+            host: on_backend!(&memory, m => m.host_ptr()),
+            device: on_backend!(&memory, m => m.device_ptr()),
+            memory: Some(memory),
+        })
     }
 
     fn abort(&self) -> &AtomicU32 {

@@ -331,13 +331,7 @@ impl Communicator {
         config: LaunchConfig,
         args: &KernelArgs,
     ) -> Result<()> {
-        if stream.is_emu() != matches!(self.backend, Backend::Emu) {
-            return Err(Error::InvalidArgument(format!(
-                "launch of {}: the stream belongs to another backend than this communicator ({})",
-                kernel.name(),
-                self.backend.name()
-            )));
-        }
+        self.check_backend(stream, &format!("launch of {}", kernel.name()))?;
         if config.co_resident {
             let share = self.co_resident_share(kernel, config.threads(), config.shared_bytes)?;
             let whose = format!(

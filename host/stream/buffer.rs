@@ -4,9 +4,9 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::{Event, Retained};
-use crate::backend::Backend;
-use crate::backend::cuda::DeviceBuffer;
+use crate::backend::cuda::{CudaDevice, DeviceBuffer};
 use crate::backend::emu::memory::HostBuffer;
+use crate::backend::{Backend, PerBackend, on_backend};
 use crate::{DevicePlain, Error, Result};
 
 #[cfg(doc)]
@@ -39,10 +39,7 @@ pub struct Buffer {
     last_use: Mutex<Option<Arc<Event>>>,
 }
 
-enum BufferInner {
-    Cuda(DeviceBuffer),
-    Emu(HostBuffer),
-}
+type BufferInner = PerBackend<DeviceBuffer, HostBuffer>;
 
 impl Drop for Buffer {
     fn drop(&mut self) {
@@ -88,10 +85,10 @@ impl Buffer {
                 "a buffer needs at least one byte".to_owned(),
             ));
         }
-        let inner = match backend {
-            Backend::Cuda(device) => BufferInner::Cuda(device.alloc_zeroed(bytes)?),
-            Backend::Emu => BufferInner::Emu(HostBuffer::new(bytes)?),
-        };
+        let inner = backend.make(
+            |d: &CudaDevice| d.alloc_zeroed(bytes),
+            || HostBuffer::new(bytes),
+        )?;
         Ok(Buffer {
             inner: Arc::new(inner),
             last_use: Mutex::new(None),
@@ -112,18 +109,12 @@ impl Buffer {
     /// The device address of the first byte (on the emulator a host address), for kernel
     /// arguments and raw copies. Valid while `self` lives.
     pub fn addr(&self) -> u64 {
-        match &*self.inner {
-            BufferInner::Cuda(b) => b.device_ptr(),
-            BufferInner::Emu(m) => m.addr(),
-        }
+        on_backend!(&*self.inner, m => m.addr())
     }
 
     /// Size in bytes.
     pub fn len(&self) -> usize {
-        match &*self.inner {
-            BufferInner::Cuda(b) => b.len(),
-            BufferInner::Emu(m) => m.len(),
-        }
+        on_backend!(&*self.inner, m => m.len())
     }
 
     /// Always `false`: buffers hold at least one byte.
@@ -133,16 +124,13 @@ impl Buffer {
 
     /// Whether this is emulator (host) memory.
     pub fn is_emu(&self) -> bool {
-        matches!(*self.inner, BufferInner::Emu(_))
+        self.inner.is_emu()
     }
 
     /// The CUDA allocation underneath; `None` on the emulator.
     #[cfg(test)]
     pub(crate) fn as_cuda(&self) -> Option<&DeviceBuffer> {
-        match &*self.inner {
-            BufferInner::Cuda(b) => Some(b),
-            BufferInner::Emu(_) => None,
-        }
+        self.inner.cuda()
     }
 
     /// Byte offset and length of elements `offset_elems..offset_elems + count` of type `T`.
@@ -168,10 +156,7 @@ impl Buffer {
     /// [`Error::InvalidArgument`] when the range exceeds the buffer; [`Error::Cuda`].
     pub fn write<T: DevicePlain>(&self, offset_elems: usize, data: &[T]) -> Result<()> {
         let (offset, _) = self.byte_range::<T>(offset_elems, data.len())?;
-        match &*self.inner {
-            BufferInner::Cuda(b) => b.write(offset, data),
-            BufferInner::Emu(m) => m.write(offset, data),
-        }
+        on_backend!(&*self.inner, m => m.write(offset, data))
     }
 
     /// Copies elements `offset_elems..offset_elems + out.len()` (in units of `T`) into `out`
@@ -181,10 +166,7 @@ impl Buffer {
     /// [`Error::InvalidArgument`] when the range exceeds the buffer; [`Error::Cuda`].
     pub fn read<T: DevicePlain>(&self, offset_elems: usize, out: &mut [T]) -> Result<()> {
         let (offset, _) = self.byte_range::<T>(offset_elems, out.len())?;
-        match &*self.inner {
-            BufferInner::Cuda(b) => b.read(offset, out),
-            BufferInner::Emu(m) => m.read(offset, out),
-        }
+        on_backend!(&*self.inner, m => m.read(offset, out))
     }
 }
 

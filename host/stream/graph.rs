@@ -3,11 +3,11 @@
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::streams::StreamInner;
 use super::{Retained, Stream};
+use crate::Result;
 use crate::backend::cuda::{self, CudaModule};
 use crate::backend::emu::queue::{EmuEvent, HostFn};
-use crate::{Error, Result};
+use crate::backend::{PerBackend, on_backend};
 
 #[cfg(doc)]
 use super::{Buffer, Kernel};
@@ -51,29 +51,32 @@ pub struct Graph {
     pub(super) retained: Vec<Retained>,
 }
 
-pub(super) enum GraphInner {
-    Cuda {
-        /// Declared first: destroyed before the modules its kernel nodes use are unloaded.
-        exec: cuda::Graph,
-        modules: Vec<Arc<CudaModule>>,
-        /// Recorded after the latest launch while the graph retains something: its drop waits
-        /// for it (launches of one executable graph run one after the other).
-        last: Mutex<Option<cuda::Event>>,
-    },
-    Emu {
-        items: Vec<HostFn>,
-        /// Completes with the previous launch.
-        last: Mutex<Option<EmuEvent>>,
-    },
+pub(super) type GraphInner = PerBackend<CudaGraph, EmuGraph>;
+
+/// A CUDA graph and what its nodes need.
+pub(super) struct CudaGraph {
+    /// Declared first: destroyed before the modules its kernel nodes use are unloaded.
+    pub(super) exec: cuda::Graph,
+    pub(super) modules: Vec<Arc<CudaModule>>,
+    /// Recorded after the latest launch while the graph retains something: its drop waits
+    /// for it (launches of one executable graph run one after the other).
+    pub(super) last: Mutex<Option<cuda::Event>>,
+}
+
+/// An emulator graph: the recorded items.
+pub(super) struct EmuGraph {
+    pub(super) items: Vec<HostFn>,
+    /// Completes with the previous launch.
+    pub(super) last: Mutex<Option<EmuEvent>>,
 }
 
 impl fmt::Debug for Graph {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.inner {
-            GraphInner::Cuda { exec, .. } => f.debug_tuple("Graph::Cuda").field(exec).finish(),
-            GraphInner::Emu { items, .. } => f
+            PerBackend::Cuda(g) => f.debug_tuple("Graph::Cuda").field(&g.exec).finish(),
+            PerBackend::Emu(g) => f
                 .debug_struct("Graph::Emu")
-                .field("items", &items.len())
+                .field("items", &g.items.len())
                 .finish(),
         }
     }
@@ -92,15 +95,15 @@ impl Graph {
     pub fn launch(&self, stream: &Stream) -> Result<()> {
         // No synchronizing free runs while a launch is being enqueued (`crate::sync_free`).
         let _launching = crate::sync_free::launching();
-        match (&self.inner, &stream.inner) {
-            (
-                GraphInner::Cuda {
+        match self.inner.pair(&stream.inner, "the graph", "the stream")? {
+            PerBackend::Cuda((
+                CudaGraph {
                     exec,
                     modules,
                     last,
                 },
-                StreamInner::Cuda(s),
-            ) => {
+                s,
+            )) => {
                 let mut capture = stream.capture();
                 // Held across the launch and its event, so that `last` follows the launch order.
                 let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
@@ -128,7 +131,7 @@ impl Graph {
                 }
                 Ok(())
             }
-            (GraphInner::Emu { items, last }, StreamInner::Emu(emu)) => {
+            PerBackend::Emu((EmuGraph { items, last }, emu)) => {
                 let mut capture = stream.capture();
                 if let Some(c) = capture.as_mut() {
                     emu.sticky()?;
@@ -139,10 +142,6 @@ impl Graph {
                 let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
                 emu.launch_graph(items, &mut last)
             }
-            _ => Err(Error::InvalidArgument(
-                "a graph of one backend cannot run on a stream of the other (CUDA / emulator)"
-                    .to_owned(),
-            )),
         }
     }
 
@@ -151,8 +150,8 @@ impl Graph {
     /// graph launched during the capture is one child-graph node).
     pub fn len(&self) -> usize {
         match &self.inner {
-            GraphInner::Cuda { exec, .. } => exec.node_count(),
-            GraphInner::Emu { items, .. } => items.len(),
+            PerBackend::Cuda(g) => g.exec.node_count(),
+            PerBackend::Emu(g) => g.items.len(),
         }
     }
 
@@ -169,18 +168,12 @@ impl Drop for Graph {
         }
         // What the graph retains outlives its last launch (launches of one graph never overlap,
         // so the last one finishing means all did); bounded like every symcomm kernel.
-        let waited = match &mut self.inner {
-            GraphInner::Cuda { last, .. } => last
-                .get_mut()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take()
-                .map(|ev| ev.synchronize()),
-            GraphInner::Emu { last, .. } => last
-                .get_mut()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take()
-                .map(|ev| ev.synchronize()),
-        };
+        let waited = on_backend!(&mut self.inner, g => g
+            .last
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+            .map(|ev| ev.synchronize()));
         if let Some(Err(e)) = waited {
             // A failed launch: nothing of it runs any more (CUDA's context error; the emulator
             // skipped the rest).

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use symcomm_device::image::DeviceImage;
 
-use crate::backend::Backend;
 use crate::backend::cuda::CudaModule;
 use crate::backend::emu::kernel::EmuKernel;
+use crate::backend::{Backend, PerBackend, on_backend};
 use crate::{Error, Result};
 
 #[cfg(doc)]
@@ -85,11 +85,7 @@ pub struct Kernel {
     pub(super) code: KernelCode,
 }
 
-#[derive(Debug, Clone)]
-pub(super) enum KernelCode {
-    Cuda(Arc<CudaModule>),
-    Emu(EmuKernel),
-}
+pub(super) type KernelCode = PerBackend<Arc<CudaModule>, EmuKernel>;
 
 impl Kernel {
     /// Loads kernel `name` of `image` for `backend`: on CUDA, its module (fatbin, or NVRTC
@@ -102,15 +98,15 @@ impl Kernel {
         let (module, kernel) = image
             .module_of(name)
             .ok_or_else(|| Error::UnknownKernel(name.to_owned()))?;
-        let code = match backend {
-            Backend::Cuda(device) => {
+        let code = backend.make(
+            |device| {
                 let loaded = device.load_module(image, module)?;
                 // Fails early (UnknownKernel) if the loaded code lacks the entry.
                 loaded.function(kernel.name)?;
-                KernelCode::Cuda(Arc::new(loaded))
-            }
-            Backend::Emu => KernelCode::Emu(EmuKernel::new(image, kernel)),
-        };
+                Ok(Arc::new(loaded))
+            },
+            || Ok(EmuKernel::new(image, kernel)),
+        )?;
         Ok(Kernel {
             name: kernel.name,
             code,
@@ -132,10 +128,10 @@ impl Kernel {
     /// `SYMCOMM_EMU_SMS` / `SYMCOMM_EMU_CTAS_PER_SM`.
     pub fn occupancy(&self, threads: u32, shared_bytes: u32) -> Result<u32> {
         match &self.code {
-            KernelCode::Cuda(module) => {
+            PerBackend::Cuda(module) => {
                 module.function(self.name)?.occupancy(threads, shared_bytes)
             }
-            KernelCode::Emu(k) => k.occupancy(threads, shared_bytes),
+            PerBackend::Emu(k) => k.occupancy(threads, shared_bytes),
         }
     }
 
@@ -146,10 +142,7 @@ impl Kernel {
     /// As [`Kernel::occupancy`].
     pub fn resident_ctas(&self, threads: u32, shared_bytes: u32) -> Result<u32> {
         let per_sm = self.occupancy(threads, shared_bytes)?;
-        let sms = match &self.code {
-            KernelCode::Cuda(module) => module.sm_count()?,
-            KernelCode::Emu(k) => k.sms()?,
-        };
+        let sms = on_backend!(&self.code, code => code.sm_count()?);
         Ok(per_sm.saturating_mul(sms))
     }
 }

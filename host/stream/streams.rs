@@ -4,12 +4,12 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::ThreadId;
 
-use super::graph::GraphInner;
-use super::kernel::KernelCode;
+use super::graph::{CudaGraph, EmuGraph};
 use super::{Graph, Kernel, KernelArgs, LaunchConfig, RetainFn, Retained, check_co_resident};
-use crate::backend::Backend;
 use crate::backend::cuda::{self, CudaDevice, CudaModule};
 use crate::backend::emu::queue::{EmuEvent, EmuStream, HostFn};
+use crate::backend::{Backend, PerBackend, on_backend};
+use crate::tune::BackendKind;
 use crate::{Error, Result};
 
 #[cfg(doc)]
@@ -74,10 +74,7 @@ pub struct Stream {
 /// to it exists).
 pub(crate) struct StreamToken(());
 
-pub(super) enum StreamInner {
-    Cuda(cuda::Stream),
-    Emu(EmuStream),
-}
+pub(super) type StreamInner = PerBackend<cuda::Stream, EmuStream>;
 
 /// What a capturing stream has recorded so far.
 pub(super) struct Capture {
@@ -113,12 +110,12 @@ impl fmt::Debug for Stream {
         // Before the queue lock: the capture lock is always taken first.
         let capturing = self.is_capturing();
         match &self.inner {
-            StreamInner::Cuda(s) => f
+            PerBackend::Cuda(s) => f
                 .debug_struct("Stream::Cuda")
                 .field("stream", s)
                 .field("capturing", &capturing)
                 .finish(),
-            StreamInner::Emu(e) => {
+            PerBackend::Emu(e) => {
                 let st = e.progress();
                 f.debug_struct("Stream::Emu")
                     .field("enqueued", &st.enqueued)
@@ -138,7 +135,7 @@ impl Drop for Stream {
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        if let (Some(_), StreamInner::Cuda(s)) = (open, &self.inner) {
+        if let (Some(_), PerBackend::Cuda(s)) = (open, &self.inner) {
             // The driver's capture must end before the stream is destroyed; the graph is
             // discarded (recorded emulator items simply drop).
             if let Err(e) = s.end_capture() {
@@ -155,17 +152,14 @@ impl Stream {
     /// # Errors
     /// [`Error::Cuda`]; [`Error::Io`] when the emulator's worker thread cannot be started.
     pub fn new(backend: &Backend) -> Result<Stream> {
-        let inner = match backend {
-            Backend::Cuda(device) => StreamInner::Cuda(device.create_stream()?),
-            Backend::Emu => StreamInner::Emu(EmuStream::new()?),
-        };
+        let inner = backend.make(CudaDevice::create_stream, EmuStream::new)?;
         Ok(Stream::with_inner(inner))
     }
 
     fn with_inner(inner: StreamInner) -> Stream {
         let probe: Arc<dyn crate::sync_free::StreamProbe> = match &inner {
-            StreamInner::Cuda(s) => Arc::new(s.probe()),
-            StreamInner::Emu(e) => e.probe(),
+            PerBackend::Cuda(s) => Arc::new(s.probe()),
+            PerBackend::Emu(e) => e.probe(),
         };
         Stream {
             _frees: crate::sync_free::register(probe),
@@ -193,31 +187,30 @@ impl Stream {
     pub unsafe fn from_cuda_raw(device: &CudaDevice, handle: u64) -> Stream {
         // SAFETY: forwarded from this function's contract.
         let stream = unsafe { device.wrap_stream(handle) };
-        Stream::with_inner(StreamInner::Cuda(stream))
+        Stream::with_inner(PerBackend::Cuda(stream))
     }
 
     /// The `CUstream` handle as an integer (0: the legacy default stream), for passing this
     /// stream to other CUDA libraries; `None` on the emulator. Valid while `self` lives.
     pub fn cuda_raw(&self) -> Option<u64> {
-        match &self.inner {
-            StreamInner::Cuda(s) => Some(s.raw()),
-            StreamInner::Emu(_) => None,
-        }
+        self.inner.cuda().map(cuda::Stream::raw)
     }
 
     /// The CUDA stream underneath (for CUDA-only operations such as
     /// [`cuda::Stream::copy_device`]); `None` on the emulator.
     #[cfg(test)]
     pub(crate) fn as_cuda(&self) -> Option<&cuda::Stream> {
-        match &self.inner {
-            StreamInner::Cuda(s) => Some(s),
-            StreamInner::Emu(_) => None,
-        }
+        self.inner.cuda()
+    }
+
+    /// The backend the stream belongs to.
+    pub(crate) fn backend_kind(&self) -> BackendKind {
+        self.inner.kind()
     }
 
     /// Whether this is an emulator stream.
     pub fn is_emu(&self) -> bool {
-        matches!(self.inner, StreamInner::Emu(_))
+        self.inner.is_emu()
     }
 
     /// An identity for per-stream bookkeeping: two `Stream` values alive at the same time have
@@ -226,8 +219,8 @@ impl Stream {
     /// reused once its stream is gone.
     pub fn key(&self) -> usize {
         match &self.inner {
-            StreamInner::Cuda(s) => s.raw() as usize,
-            StreamInner::Emu(e) => e.key(),
+            PerBackend::Cuda(s) => s.raw() as usize,
+            PerBackend::Emu(e) => e.key(),
         }
     }
 
@@ -346,8 +339,9 @@ impl Stream {
         }
         // No synchronizing free runs while a launch is being enqueued (`crate::sync_free`).
         let _launching = crate::sync_free::launching();
-        match (&self.inner, &kernel.code) {
-            (StreamInner::Cuda(stream), KernelCode::Cuda(module)) => {
+        let what = format!("kernel {}", kernel.name);
+        match kernel.code.pair(&self.inner, what, "the stream")? {
+            PerBackend::Cuda((module, stream)) => {
                 let func = module.function(kernel.name)?;
                 let mut ptrs = args.pointers();
                 let mut capture = self.capture();
@@ -362,7 +356,7 @@ impl Stream {
                 }
                 Ok(())
             }
-            (StreamInner::Emu(emu), KernelCode::Emu(k)) => {
+            PerBackend::Emu((k, emu)) => {
                 let (name, k) = (kernel.name, *k);
                 let occupancy = k.occupancy(config.threads(), shared_bytes)?;
                 let args = args.clone();
@@ -378,14 +372,6 @@ impl Stream {
                 });
                 self.submit(emu, item, retain)
             }
-            (StreamInner::Cuda(_), KernelCode::Emu(_)) => Err(Error::InvalidArgument(format!(
-                "kernel {} was loaded for the emulator, the stream is a CUDA stream",
-                kernel.name
-            ))),
-            (StreamInner::Emu(_), KernelCode::Cuda(_)) => Err(Error::InvalidArgument(format!(
-                "kernel {} was loaded for CUDA, the stream is an emulator stream",
-                kernel.name
-            ))),
         }
     }
 
@@ -433,7 +419,7 @@ impl Stream {
             )));
         }
         match &self.inner {
-            StreamInner::Cuda(s) => {
+            PerBackend::Cuda(s) => {
                 // Held across the copy, as for launches: a capture cannot end in between.
                 let mut capture = self.capture();
                 // SAFETY: forwarded from this function's contract; the ranges do not overlap
@@ -444,7 +430,7 @@ impl Stream {
                 }
                 Ok(())
             }
-            StreamInner::Emu(emu) => self.submit(
+            PerBackend::Emu(emu) => self.submit(
                 emu,
                 Arc::new(move || {
                     // SAFETY: both ranges are `n` bytes of live host memory that nothing else
@@ -482,8 +468,8 @@ impl Stream {
         let n = raw_range("memset_raw destination", dst, bytes)?;
         match &self.inner {
             // SAFETY: forwarded from this function's contract.
-            StreamInner::Cuda(s) => unsafe { s.memset_raw(dst, byte, n) },
-            StreamInner::Emu(emu) => self.submit(
+            PerBackend::Cuda(s) => unsafe { s.memset_raw(dst, byte, n) },
+            PerBackend::Emu(emu) => self.submit(
                 emu,
                 Arc::new(move || {
                     // SAFETY: the range is `n` bytes of live host memory that nothing else
@@ -519,8 +505,8 @@ impl Stream {
         F: Fn() -> Result<()> + Send + Sync + 'static,
     {
         match &self.inner {
-            StreamInner::Emu(emu) => self.submit(emu, Arc::new(f), &Vec::new),
-            StreamInner::Cuda(_) => Err(Error::InvalidArgument(
+            PerBackend::Emu(emu) => self.submit(emu, Arc::new(f), &Vec::new),
+            PerBackend::Cuda(_) => Err(Error::InvalidArgument(
                 "host functions can only be enqueued on emulator streams".to_owned(),
             )),
         }
@@ -535,10 +521,7 @@ impl Stream {
     /// function or wait).
     pub fn synchronize(&self) -> Result<()> {
         self.not_capturing("synchronize")?;
-        match &self.inner {
-            StreamInner::Cuda(s) => s.synchronize(),
-            StreamInner::Emu(emu) => emu.synchronize(),
-        }
+        on_backend!(&self.inner, s => s.synchronize())
     }
 
     /// Whether all work enqueued so far has finished, without blocking (a host watchdog's poll).
@@ -547,10 +530,7 @@ impl Stream {
     /// As [`Self::synchronize`] (so [`Error::InvalidArgument`] while capturing).
     pub fn is_idle(&self) -> Result<bool> {
         self.not_capturing("is_idle")?;
-        match &self.inner {
-            StreamInner::Cuda(s) => s.is_idle(),
-            StreamInner::Emu(emu) => emu.is_idle(),
-        }
+        on_backend!(&self.inner, s => s.is_idle())
     }
 
     /// Records an event that completes when all work enqueued on this stream so far has
@@ -562,8 +542,8 @@ impl Stream {
     pub fn record_event(&self) -> Result<Event> {
         self.not_capturing("record_event")?;
         let inner = match &self.inner {
-            StreamInner::Cuda(s) => EventInner::Cuda(s.record_event()?),
-            StreamInner::Emu(emu) => EventInner::Emu(emu.record_event()?),
+            PerBackend::Cuda(s) => PerBackend::Cuda(s.record_event()?),
+            PerBackend::Emu(s) => PerBackend::Emu(s.record_event()?),
         };
         Ok(Event { inner })
     }
@@ -580,14 +560,8 @@ impl Stream {
     /// stream.
     pub fn wait_event(&self, event: &Event) -> Result<()> {
         self.not_capturing("wait_event")?;
-        match (&self.inner, &event.inner) {
-            (StreamInner::Cuda(s), EventInner::Cuda(e)) => s.wait_event(e),
-            (StreamInner::Emu(s), EventInner::Emu(e)) => s.wait_event(e),
-            _ => Err(Error::InvalidArgument(
-                "an event of one backend cannot order a stream of the other (CUDA / emulator)"
-                    .to_owned(),
-            )),
-        }
+        let pair = event.inner.pair(&self.inner, "the event", "the stream")?;
+        on_backend!(pair, (e, s) => s.wait_event(e))
     }
 
     /// Starts capturing: from now on [`Self::launch`], [`Self::copy_raw`],
@@ -617,8 +591,8 @@ impl Stream {
             ));
         }
         match &self.inner {
-            StreamInner::Cuda(s) => s.begin_capture()?,
-            StreamInner::Emu(emu) => emu.sticky()?,
+            PerBackend::Cuda(s) => s.begin_capture()?,
+            PerBackend::Emu(emu) => emu.sticky()?,
         }
         *capture = Some(Capture {
             thread: std::thread::current().id(),
@@ -658,15 +632,15 @@ impl Stream {
             Some(c) => c,
         };
         let inner = match &self.inner {
-            StreamInner::Cuda(s) => GraphInner::Cuda {
+            PerBackend::Cuda(s) => PerBackend::Cuda(CudaGraph {
                 exec: s.end_capture()?,
                 modules: recorded.modules,
                 last: Mutex::new(None),
-            },
-            StreamInner::Emu(_) => GraphInner::Emu {
+            }),
+            PerBackend::Emu(_) => PerBackend::Emu(EmuGraph {
                 items: recorded.items,
                 last: Mutex::new(None),
-            },
+            }),
         };
         Ok(Graph {
             inner,
@@ -678,7 +652,7 @@ impl Stream {
     /// [`Self::end_capture`], or on CUDA in a capture begun by anyone else (PyTorch's graphs, the
     /// user's own `cuStreamBeginCapture`), as the driver reports (`cuStreamIsCapturing`).
     pub fn is_capturing(&self) -> bool {
-        self.capture().is_some() || matches!(&self.inner, StreamInner::Cuda(s) if s.is_capturing())
+        self.capture().is_some() || self.inner.cuda().is_some_and(cuda::Stream::is_capturing)
     }
 }
 
@@ -701,16 +675,13 @@ pub struct Event {
     inner: EventInner,
 }
 
-enum EventInner {
-    Cuda(cuda::Event),
-    Emu(EmuEvent),
-}
+type EventInner = PerBackend<cuda::Event, EmuEvent>;
 
 impl fmt::Debug for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.inner {
-            EventInner::Cuda(e) => f.debug_tuple("Event::Cuda").field(e).finish(),
-            EventInner::Emu(e) => f
+            PerBackend::Cuda(e) => f.debug_tuple("Event::Cuda").field(e).finish(),
+            PerBackend::Emu(e) => f
                 .debug_struct("Event::Emu")
                 .field("ticket", &e.ticket())
                 .finish(),
@@ -725,10 +696,7 @@ impl Event {
     /// The failure of the recorded work (on CUDA a kernel fault; on the emulator the stream's
     /// error if it failed at or before the event).
     pub fn synchronize(&self) -> Result<()> {
-        match &self.inner {
-            EventInner::Cuda(e) => e.synchronize(),
-            EventInner::Emu(e) => e.synchronize(),
-        }
+        on_backend!(&self.inner, e => e.synchronize())
     }
 
     /// Whether the recorded work has finished, without blocking.
@@ -736,10 +704,7 @@ impl Event {
     /// # Errors
     /// As [`Self::synchronize`].
     pub fn is_complete(&self) -> Result<bool> {
-        match &self.inner {
-            EventInner::Cuda(e) => e.is_complete(),
-            EventInner::Emu(e) => e.is_complete(),
-        }
+        on_backend!(&self.inner, e => e.is_complete())
     }
 }
 

@@ -60,10 +60,10 @@ impl GpuTeam {
             rank,
             nranks: self.nranks,
             signal_words: SYMCOMM_SIGNAL_WORDS,
-            signal_base: self.signals.device_ptr(),
+            signal_base: self.signals.addr(),
             signal_stride: u64::from(self.nranks) * u64::from(SYMCOMM_SIGNAL_WORDS) * 8,
-            abort_flag: self.abort.device_ptr(),
-            error: self.errors.device_ptr() + u64::from(rank) * ERROR_RECORD_BYTES as u64,
+            abort_flag: self.abort.addr(),
+            error: self.errors.addr() + u64::from(rank) * ERROR_RECORD_BYTES as u64,
             timeout_ns,
         }
     }
@@ -72,7 +72,7 @@ impl GpuTeam {
     pub(crate) fn window(&self, w: usize, rank: u32) -> WindowHandleRaw {
         let win = &self.windows[w];
         WindowHandleRaw {
-            base: win.buf.device_ptr(),
+            base: win.buf.addr(),
             stride: win.stride,
             bytes: win.bytes,
             rank,

@@ -34,7 +34,7 @@ pub(crate) fn run(team: &GpuTeam, l: &Launch<'_>) -> Result<(Vec<[u32; 3]>, Dura
         }
         let mut win = team.window(0, rank);
         let (mut rounds, mut words) = (l.rounds, l.words);
-        let mut result = l.results.device_ptr() + (rank as usize * RESULT_STRIDE) as u64;
+        let mut result = l.results.addr() + (rank as usize * RESULT_STRIDE) as u64;
         let mut args: [*mut c_void; 5] = [
             (&raw mut comm).cast(),
             (&raw mut win).cast(),

@@ -112,7 +112,7 @@ unsafe impl Sync for DeviceBuffer {}
 
 impl DeviceBuffer {
     /// Device address of the first byte (what kernels receive, e.g. in `DevComm::signal_base`).
-    pub fn device_ptr(&self) -> u64 {
+    pub fn addr(&self) -> u64 {
         self.ptr
     }
 

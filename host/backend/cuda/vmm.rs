@@ -8,7 +8,7 @@
 //! into its own range, so each sees every copy at its own addresses.
 
 use std::ffi::c_void;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr;
 use std::sync::{Arc, OnceLock};
 
@@ -170,10 +170,11 @@ impl VmmSegment {
             fd,
         })
     }
+}
 
+impl AsFd for VmmSegment {
     /// The exported fd (to pass to the other local ranks).
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        use std::os::fd::AsFd;
+    fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
 }

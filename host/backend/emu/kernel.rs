@@ -49,7 +49,7 @@ impl EmuKernel {
     ///
     /// # Errors
     /// As [`Self::occupancy`].
-    pub(crate) fn sms(&self) -> Result<u32> {
+    pub(crate) fn sm_count(&self) -> Result<u32> {
         Ok(symcomm_device::emu::query_gpu(EMU_GPU)?.sms)
     }
 

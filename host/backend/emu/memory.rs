@@ -189,6 +189,11 @@ impl HeapBlock {
     pub(crate) fn host_ptr(&self) -> *mut u8 {
         self.host
     }
+
+    /// The block's device address: on the emulator its host address.
+    pub(crate) fn device_ptr(&self) -> u64 {
+        self.host as u64
+    }
 }
 
 impl Drop for HeapBlock {

@@ -3,21 +3,26 @@
 use symcomm_device::abi::SYMCOMM_DTYPE_NONE;
 
 use super::{Call, DataType, layout};
-use crate::backend::Backend;
 use crate::comm::Communicator;
 use crate::stream::Stream;
 use crate::tune::Collective;
 use crate::{Error, Result};
 
 impl Communicator {
-    /// The checks every call makes of its stream and of the communicator's topology.
-    pub(super) fn check_stream(&self, stream: &Stream, what: &str) -> Result<()> {
-        if stream.is_emu() != matches!(self.backend, Backend::Emu) {
+    /// Refuses a stream of another backend than the communicator's.
+    pub(crate) fn check_backend(&self, stream: &Stream, what: &str) -> Result<()> {
+        if stream.backend_kind() != self.backend.kind() {
             return Err(Error::InvalidArgument(format!(
                 "{what}: the stream belongs to another backend than this communicator ({})",
                 self.backend.name()
             )));
         }
+        Ok(())
+    }
+
+    /// The checks every call makes of its stream and of the communicator's topology.
+    pub(super) fn check_stream(&self, stream: &Stream, what: &str) -> Result<()> {
+        self.check_backend(stream, what)?;
         if !self.spans_one_host() {
             return Err(self.multi_host(what));
         }
