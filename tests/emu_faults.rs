@@ -24,6 +24,7 @@ mod support;
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
 
+use support::cases::kind_name;
 use support::{KINDS, blocks};
 use symcomm::abi::*;
 use symcomm::testing::emu::{EmuTeam, launch};
@@ -199,20 +200,6 @@ fn coll(team: &mut EmuTeam, rank: u32, kind: u32, dtype: u32, count: u64) -> Col
         tile_stride: 0,
         src: team.window_of(0, rank),
         dst: team.window_of(1, rank),
-    }
-}
-
-fn kind_name(kind: u32) -> &'static str {
-    match kind {
-        SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT => "all_reduce_one_shot",
-        SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT => "all_reduce_two_shot",
-        SYMCOMM_COLL_ALL_GATHER => "all_gather",
-        SYMCOMM_COLL_REDUCE_SCATTER => "reduce_scatter",
-        SYMCOMM_COLL_BROADCAST => "broadcast",
-        SYMCOMM_COLL_REDUCE => "reduce",
-        SYMCOMM_COLL_SCATTER => "scatter",
-        SYMCOMM_COLL_ALL_TO_ALL => "all_to_all",
-        _ => "bad-kind",
     }
 }
 

@@ -49,7 +49,6 @@
 #[path = "../support/mod.rs"]
 mod support;
 
-mod cases;
 mod collectives;
 mod comm;
 mod emu;
@@ -60,7 +59,6 @@ mod perf;
 mod ping_pong;
 mod ranks;
 
-use cases::*;
 use collectives::*;
 use comm::*;
 use emu::*;
@@ -77,14 +75,14 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::values::{DType, Val, dtype, hash, input, op_name, raw_bits, reduce_vals};
-use support::{KINDS, blocks};
+use support::KINDS;
+use support::cases::*;
+use support::values::{DType, dtype, hash};
 use symcomm::DEVICE_IMAGE;
 use symcomm::abi::*;
 use symcomm::testing::cuda::{
     self, CudaDevice, CudaDeviceExt, CudaFunction, CudaModule, DeviceBuffer, ModuleOrigin, Stream,
 };
-use symcomm::testing::emu::EmuTeam;
 
 pub(crate) const KERNEL: &str = "symcomm_ping_pong";
 /// Alignment of each rank's window copy (DESIGN §3).
@@ -118,10 +116,6 @@ impl Report {
         }));
         pass
     }
-}
-
-pub(crate) fn err(e: impl std::fmt::Display) -> String {
-    e.to_string()
 }
 
 /// `--comm-only`: only the communicator checks.

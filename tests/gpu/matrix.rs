@@ -2,6 +2,15 @@
 
 use super::*;
 
+/// Element types of the reductions, and of the copy collectives.
+pub(crate) fn reduction_dtypes() -> [DType; 4] {
+    ["f32", "bf16", "u8", "fp8_e4m3"].map(dtype)
+}
+
+pub(crate) fn copy_dtypes() -> [DType; 3] {
+    ["f32", "bf16", "u8"].map(dtype)
+}
+
 pub(crate) struct MatrixConfig {
     pub(crate) nranks: Vec<u32>,
     /// Small, middle, large; the misaligned cases use the middle and the large one.

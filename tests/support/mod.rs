@@ -1,6 +1,7 @@
 //! Shared by the integration tests that include it (`#[path = "support/mod.rs"] mod support;`,
 //! and from `cli/tests/comm_procs.rs` and `cli/tests/reliability.rs`): team fixtures here,
-//! `values` (the collectives' value model), `procs` (ranks as processes, fault runs), `flood`
+//! `values` (the collectives' value model), `cases` (one built-in collective call on a team of
+//! ranks, GPU or emulator, and its bit-exact check), `procs` (ranks as processes, fault runs), `flood`
 //! (the bootstrap port flood), `leaks` (init/destroy cycles and the counts they must keep).
 
 // Each test crate that includes this module uses only part of it (comm.rs and comm_procs.rs the
@@ -8,6 +9,7 @@
 // bootstrap.rs the flood), so the rest would be dead code there.
 #![allow(dead_code, clippy::unwrap_used, clippy::panic)]
 
+pub(crate) mod cases;
 pub(crate) mod flood;
 pub(crate) mod leaks;
 pub(crate) mod procs;

@@ -1,17 +1,26 @@
-//! One collective call on every rank of a team, and its bit-exact check (inputs and expected
-//! results from `support::values`, the emulator tests' value model).
+//! One collective call of the built-in kernels on every rank of a team ([`Ranks`]: GPU streams
+//! or emulator threads), and its bit-exact check: inputs and expected results from
+//! [`super::values`], every output element compared (`#wrong`), every other byte of both windows
+//! compared with what was there before (`#clobbered`), every rank's error record read. The GPU
+//! checks (`tests/gpu/`) and the emulator tests (`tests/emu_collectives.rs`) run these same
+//! cases.
 
-use super::*;
+use std::ffi::c_void;
+use std::time::Duration;
 
-/// Element types of the reductions, and of the copy collectives.
-pub(crate) fn reduction_dtypes() -> [DType; 4] {
-    ["f32", "bf16", "u8", "fp8_e4m3"].map(dtype)
+use symcomm::DEVICE_IMAGE;
+use symcomm::abi::*;
+use symcomm::testing::emu::EmuTeam;
+
+use super::blocks;
+use super::values::{DType, Val, input, op_name, raw_bits, reduce_vals};
+
+/// A failure as text (the fixtures report failures as strings).
+pub(crate) fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
 }
 
-pub(crate) fn copy_dtypes() -> [DType; 3] {
-    ["f32", "bf16", "u8"].map(dtype)
-}
-
+/// The collective's name (`bad-kind` for a code that is none).
 pub(crate) fn kind_name(kind: u32) -> &'static str {
     match kind {
         SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT => "all_reduce_one_shot",
@@ -21,7 +30,8 @@ pub(crate) fn kind_name(kind: u32) -> &'static str {
         SYMCOMM_COLL_BROADCAST => "broadcast",
         SYMCOMM_COLL_REDUCE => "reduce",
         SYMCOMM_COLL_SCATTER => "scatter",
-        _ => "all_to_all",
+        SYMCOMM_COLL_ALL_TO_ALL => "all_to_all",
+        _ => "bad-kind",
     }
 }
 
@@ -132,6 +142,25 @@ impl Case {
             in_elems: self.count * in_blocks,
             soff,
             doff,
+        }
+    }
+
+    /// Whether this is an average, whose result is the one compared with a tolerance (its
+    /// division rounds once more than the exact model).
+    pub(crate) fn is_avg(&self) -> bool {
+        self.reduction() == Some(SYMCOMM_REDOP_AVG)
+    }
+
+    /// Whether output element bits `got` are within the type's epsilon of the exact average
+    /// `want` (floats; an integer average is exact, compared bit for bit).
+    pub(crate) fn avg_close(&self, got: &[u8], want: Val) -> bool {
+        let mut raw = [0u8; 8];
+        raw[..got.len()].copy_from_slice(got);
+        match (self.dt.decode(u64::from_le_bytes(raw)), want) {
+            (Val::F(g), Val::F(w)) => {
+                (g - w).abs() <= w.abs() * self.dt.epsilon() + f64::MIN_POSITIVE
+            }
+            _ => false,
         }
     }
 
@@ -284,13 +313,13 @@ pub(crate) fn exec_case<R: Ranks>(
         })
         .collect();
     // Reductions of every input element across the ranks, per tile.
-    let red: Vec<Vec<u64>> = match op {
+    let red: Vec<Vec<Val>> = match op {
         Some(op) => (0..lay.tiles)
             .map(|t| {
                 (0..lay.in_elems)
                     .map(|e| {
                         let vals: Vec<Val> = (0..n).map(|p| val(p, t, e)).collect();
-                        c.dt.encode(reduce_vals(&c.dt, op, &vals))
+                        reduce_vals(&c.dt, op, &vals)
                     })
                     .collect()
             })
@@ -307,43 +336,53 @@ pub(crate) fn exec_case<R: Ranks>(
             vec![CANARY; wbytes]
         };
         let mut out = vec![false; elems];
+        // Float averages: the exact value, compared with a tolerance (its bits stay 0 in `img`).
+        let mut avg: Vec<Option<Val>> = vec![None; if c.is_avg() { elems } else { 0 }];
         let (_, d) = c.offsets(&lay, u64::from(r));
         let ru = u64::from(r);
         for t in 0..lay.tiles {
-            let mut set = |e: u64, bits: u64| {
+            // An output element: its bits, or for a float average its exact value.
+            let mut set = |e: u64, want: Result<u64, Val>| {
                 let at = t * lay.tile_stride + d + e;
-                put(&mut img, sz, at, bits);
                 out[at as usize] = true;
+                match want {
+                    Ok(bits) => put(&mut img, sz, at, bits),
+                    Err(exact) => avg[at as usize] = Some(exact),
+                }
+            };
+            let reduced = |v: Val| match v {
+                Val::F(_) if c.is_avg() => Err(v),
+                _ => Ok(c.dt.encode(v)),
             };
             for i in 0..count {
                 match c.kind {
                     SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT | SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT => {
-                        set(i, red[t as usize][i as usize]);
+                        set(i, reduced(red[t as usize][i as usize]));
                     }
                     SYMCOMM_COLL_REDUCE => {
                         if r == c.root {
-                            set(i, red[t as usize][i as usize]);
+                            set(i, reduced(red[t as usize][i as usize]));
                         }
                     }
                     SYMCOMM_COLL_REDUCE_SCATTER => {
-                        set(i, red[t as usize][(ru * count + i) as usize]);
+                        set(i, reduced(red[t as usize][(ru * count + i) as usize]));
                     }
                     SYMCOMM_COLL_ALL_GATHER => {
                         for p in 0..n {
-                            set(u64::from(p) * count + i, bits(p, t, i));
+                            set(u64::from(p) * count + i, Ok(bits(p, t, i)));
                         }
                     }
-                    SYMCOMM_COLL_BROADCAST => set(i, bits(c.root, t, i)),
-                    SYMCOMM_COLL_SCATTER => set(i, bits(c.root, t, ru * count + i)),
+                    SYMCOMM_COLL_BROADCAST => set(i, Ok(bits(c.root, t, i))),
+                    SYMCOMM_COLL_SCATTER => set(i, Ok(bits(c.root, t, ru * count + i))),
                     _ => {
                         for p in 0..n {
-                            set(u64::from(p) * count + i, bits(p, t, ru * count + i));
+                            set(u64::from(p) * count + i, Ok(bits(p, t, ru * count + i)));
                         }
                     }
                 }
             }
         }
-        expect.push((img, out));
+        expect.push((img, out, avg));
     }
 
     let dst_w = if c.in_place { 0 } else { 1 };
@@ -391,16 +430,20 @@ pub(crate) fn exec_case<R: Ranks>(
     }
     let mut got = vec![0u8; wbytes];
     for r in 0..n {
-        let (want, out) = &expect[r as usize];
+        let (want, out, avg) = &expect[r as usize];
         team.read(dst_w, r, &mut got)?;
-        if got != *want {
+        // Whole images first (the common case: all equal); averages always element by element.
+        if got != *want || !avg.is_empty() {
             for (e, &is_out) in out.iter().enumerate() {
-                if got[e * sz..(e + 1) * sz] != want[e * sz..(e + 1) * sz] {
-                    if is_out {
-                        res.wrong += 1;
-                    } else {
-                        res.clobbered += 1;
-                    }
+                let g = &got[e * sz..(e + 1) * sz];
+                let good = match avg.get(e).copied().flatten() {
+                    Some(exact) => c.avg_close(g, exact),
+                    None => g == &want[e * sz..(e + 1) * sz],
+                };
+                match (good, is_out) {
+                    (true, _) => {}
+                    (false, true) => res.wrong += 1,
+                    (false, false) => res.clobbered += 1,
                 }
             }
         }
@@ -418,4 +461,155 @@ pub(crate) fn exec_case<R: Ranks>(
         }
     }
     Ok(())
+}
+
+/// The ranks of one team with two windows (0: input, 1: output of out-of-place calls), each
+/// `capacity()` bytes per rank, on the GPU (ranks as streams) or on the emulator (ranks as
+/// threads). Calls use a prefix of each rank's copy.
+pub(crate) trait Ranks {
+    fn nranks(&self) -> u32;
+    /// Bytes per rank of each window.
+    fn capacity(&self) -> u64;
+    /// Writes `data` at the start of rank `rank`'s copy of window `w`. No kernel may run.
+    fn write(&mut self, w: usize, rank: u32, data: &[u8]) -> Result<(), String>;
+    /// Reads the start of rank `rank`'s copy of window `w` into `out`. No kernel may run.
+    fn read(&mut self, w: usize, rank: u32, out: &mut [u8]) -> Result<(), String>;
+    /// Zeroes window `w` on every rank. No kernel may run.
+    fn zero(&mut self, w: usize) -> Result<(), String>;
+    fn comm(&mut self, rank: u32, timeout_ns: u64) -> DevComm;
+    fn window(&mut self, w: usize, rank: u32) -> WindowHandleRaw;
+    /// Launches `iters` rounds of `kernel(calls[r].0, calls[r].1)` on every rank r, back to back
+    /// (`ctas` x `threads` per rank), and waits for all of them; bounded by the calls' own
+    /// deadline plus a watchdog on the GPU. `spin`: poll without sleeping (timing).
+    fn launch(
+        &mut self,
+        kernel: &str,
+        ctas: u32,
+        threads: u32,
+        calls: &[(DevComm, CollArgs)],
+        iters: u32,
+        spin: bool,
+    ) -> Result<(), String>;
+    /// Every rank's error record.
+    fn errors(&mut self) -> Result<Vec<ErrorRecord>, String>;
+    /// Zeroes signals, error records and the abort flag (after a failure). Windows are kept.
+    fn reset(&mut self) -> Result<(), String>;
+}
+
+/// Ranks as threads on the CPU emulator (a `EmuTeam`).
+pub(crate) struct EmuRanks {
+    pub(crate) nranks: u32,
+    pub(crate) capacity: u64,
+    pub(crate) team: EmuTeam,
+}
+
+impl EmuRanks {
+    pub(crate) fn new(nranks: u32, window_bytes: u64) -> Result<Self, String> {
+        Ok(EmuRanks {
+            nranks,
+            capacity: window_bytes,
+            team: EmuTeam::with_windows(nranks, &[window_bytes, window_bytes]).map_err(err)?,
+        })
+    }
+}
+
+impl Ranks for EmuRanks {
+    fn nranks(&self) -> u32 {
+        self.nranks
+    }
+
+    fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    fn write(&mut self, w: usize, rank: u32, data: &[u8]) -> Result<(), String> {
+        let copy = self.team.bytes_mut(w, rank);
+        copy.get_mut(..data.len())
+            .ok_or_else(|| format!("{} bytes exceed the window", data.len()))?
+            .copy_from_slice(data);
+        Ok(())
+    }
+
+    fn read(&mut self, w: usize, rank: u32, out: &mut [u8]) -> Result<(), String> {
+        let copy = self.team.bytes(w, rank);
+        out.copy_from_slice(
+            copy.get(..out.len())
+                .ok_or_else(|| format!("{} bytes exceed the window", out.len()))?,
+        );
+        Ok(())
+    }
+
+    fn zero(&mut self, w: usize) -> Result<(), String> {
+        for r in 0..self.nranks {
+            self.team.bytes_mut(w, r).fill(0);
+        }
+        Ok(())
+    }
+
+    fn comm(&mut self, rank: u32, timeout_ns: u64) -> DevComm {
+        self.team.dev_comm(rank, timeout_ns)
+    }
+
+    fn window(&mut self, w: usize, rank: u32) -> WindowHandleRaw {
+        self.team.window_of(w, rank)
+    }
+
+    fn launch(
+        &mut self,
+        kernel: &str,
+        ctas: u32,
+        threads: u32,
+        calls: &[(DevComm, CollArgs)],
+        iters: u32,
+        _spin: bool,
+    ) -> Result<(), String> {
+        for _ in 0..iters {
+            let outcomes: Vec<Result<(), String>> = std::thread::scope(|s| {
+                let handles: Vec<_> = calls
+                    .iter()
+                    .map(|&(comm, args)| {
+                        s.spawn(move || {
+                            let (mut comm, mut args) = (comm, args);
+                            let mut ptrs: [*mut c_void; 2] =
+                                [(&raw mut comm).cast(), (&raw mut args).cast()];
+                            // SAFETY: the kernel takes (DevComm, CollArgs) by value; the team's
+                            // memory, which the handles address, outlives the scope.
+                            unsafe {
+                                symcomm::testing::emu::launch(
+                                    &DEVICE_IMAGE,
+                                    kernel,
+                                    [ctas, 1, 1],
+                                    [threads, 1, 1],
+                                    &mut ptrs,
+                                )
+                            }
+                            .map_err(err)
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join()
+                            .unwrap_or_else(|_| Err("an emulated rank panicked".into()))
+                    })
+                    .collect()
+            });
+            for o in outcomes {
+                o?;
+            }
+        }
+        Ok(())
+    }
+
+    fn errors(&mut self) -> Result<Vec<ErrorRecord>, String> {
+        Ok((0..self.nranks).map(|r| self.team.error(r)).collect())
+    }
+
+    fn reset(&mut self) -> Result<(), String> {
+        // A EmuTeam cannot zero its signal area: start over with fresh (zeroed) memory.
+        self.team =
+            EmuTeam::with_windows(self.nranks, &[self.capacity, self.capacity]).map_err(err)?;
+        Ok(())
+    }
 }
