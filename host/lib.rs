@@ -26,6 +26,7 @@ mod comm;
 mod config;
 mod error;
 mod image;
+mod plain;
 mod residency;
 mod stream;
 mod sync_free;
@@ -44,8 +45,8 @@ pub use comm::{
 };
 // Streams, events, graphs, kernels and ordinary device memory, on either backend.
 pub use backend::Backend;
-pub use backend::cuda::DevicePlain;
-pub use stream::{Buffer, Event, Graph, Kernel, KernelArg, KernelArgs, LaunchConfig, Stream};
+pub use plain::DevicePlain;
+pub use stream::{Buffer, Event, Graph, Kernel, KernelArgs, LaunchConfig, Stream};
 // The device code embedded in this crate, and the type of users' own images.
 pub use image::DEVICE_IMAGE;
 pub use symcomm_device::image::DeviceImage;

@@ -2,8 +2,8 @@
 //! program may hand to another thread or share between threads is `Send` and `Sync` (as
 //! tokio's and cudarc's tests assert for theirs). A type that loses either fails to compile here.
 //!
-//! Not asserted, on purpose: the [`symcomm::KernelArg`] and [`symcomm::DevicePlain`] traits
-//! (their implementors are plain data) and `P2pGroup`, a builder that lives inside one
+//! Not asserted, on purpose: the [`symcomm::DevicePlain`] trait (its implementors are
+//! plain data) and `P2pGroup`, a builder that lives inside one
 //! `Communicator::group` call (it is `Send` and `Sync` all the same, asserted below so a change
 //! is noticed).
 

@@ -24,7 +24,7 @@
 //!
 //! One file a concept: `loader.rs` (opening the libraries, the symbol lists, mapping results to
 //! errors), `probe.rs`, `nvrtc.rs`, `device.rs` (the primary context), `module.rs` (modules and
-//! kernels), `stream.rs` (streams, events, graphs), `memory.rs` (device buffers, [`DevicePlain`])
+//! kernels), `stream.rs` (streams, events, graphs), `memory.rs` (device buffers)
 //! and `vmm.rs` (symmetric mappings, pinned host memory).
 //!
 //! [`Error::NoDriver`]: crate::Error::NoDriver
@@ -41,7 +41,7 @@ mod stream;
 mod vmm;
 
 pub use device::CudaDevice;
-pub use memory::{DeviceBuffer, DevicePlain};
+pub use memory::DeviceBuffer;
 pub use module::{CudaFunction, CudaModule};
 pub use nvrtc::nvrtc_version;
 pub use probe::{CudaInfo, GpuInfo, driver_present, mps_enabled, probe};

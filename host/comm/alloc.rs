@@ -7,8 +7,8 @@ use std::time::Instant;
 use super::memory::{self, FlatMapping, Segment};
 use super::payload::{self, AllocRequest, Tag};
 use super::{Communicator, Window};
-use crate::backend::{Backend, cuda};
-use crate::{Error, Result};
+use crate::backend::Backend;
+use crate::{DevicePlain, Error, Result};
 
 impl Communicator {
     /// Allocates a symmetric window of `count` elements of `T` on every rank. Collective; every
@@ -19,7 +19,7 @@ impl Communicator {
     /// others get [`Error::PeerFailed`]); [`Error::Mismatch`] on every rank when sizes differ;
     /// [`Error::Unsupported`] across hosts; backend errors (out of memory). After any of these
     /// the communicator stays usable.
-    pub fn alloc_window<T: cuda::DevicePlain>(&self, count: usize) -> Result<Window<T>> {
+    pub fn alloc_window<T: DevicePlain>(&self, count: usize) -> Result<Window<T>> {
         let elem = size_of::<T>() as u64;
         let bytes = (count as u64)
             .checked_mul(elem)

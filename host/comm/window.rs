@@ -8,8 +8,7 @@ use symcomm_device::abi::WindowHandleRaw;
 
 use super::Communicator;
 use super::memory::FlatMapping;
-use crate::backend::cuda::DevicePlain;
-use crate::stream::KernelArg;
+use crate::DevicePlain;
 use crate::{Error, Result};
 
 /// A symmetric window of `len()` elements of `T` per rank, allocated by
@@ -81,8 +80,8 @@ impl<T> Drop for Window<T> {
 }
 
 // SAFETY: `repr(transparent)` over `WindowHandleRaw` (plain integers: device addresses, sizes,
-// ranks), whose C++ twin `WindowHandle<T>` kernels take by value.
-unsafe impl<T: 'static> KernelArg for WindowHandle<T> {}
+// ranks; every bit pattern valid), whose C++ twin `WindowHandle<T>` kernels take by value.
+unsafe impl<T: 'static> DevicePlain for WindowHandle<T> {}
 
 impl<T> WindowHandle<T> {
     /// The untyped handle (`WindowHandleRaw`), as the built-in kernels take it.

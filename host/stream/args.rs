@@ -1,46 +1,12 @@
-//! Kernel parameters: [`KernelArg`], the values a kernel takes by value, and the [`KernelArgs`]
-//! builder that holds them for a launch.
+//! Kernel parameters: the [`KernelArgs`] builder that holds a launch's values (each a
+//! [`DevicePlain`], passed by value).
 
 use std::ffi::c_void;
 
-use symcomm_device::abi::{CollArgs, DevComm, ErrorRecord, WindowHandleRaw};
+use crate::DevicePlain;
 
 #[cfg(doc)]
 use super::Stream;
-
-/// A value that may be passed to a kernel by value, byte for byte ([`KernelArgs::arg`]).
-///
-/// # Safety
-/// Implementors are plain data: `Copy`, no padding bytes (every byte of a value is initialized),
-/// alignment at most 8, and no pointers to host state whose lifetime a launch could outlive
-/// (device addresses are passed as `u64`). The type's layout is the one the kernel parameter
-/// expects (`#[repr(C)]` twins of the C++ structs).
-pub unsafe trait KernelArg: Copy + 'static {}
-
-macro_rules! kernel_arg {
-    ($($t:ty),*) => {$(
-        // SAFETY: primitive integers and floats have no padding and alignment <= 8; the ABI
-        // structs are all-integer `repr(C)` with no padding and alignment 8, pinned by the layout
-        // assertions in abi.h and abi.rs, and carry device addresses as `u64`.
-        unsafe impl KernelArg for $t {}
-    )*};
-}
-kernel_arg!(
-    u8,
-    u16,
-    u32,
-    u64,
-    i8,
-    i16,
-    i32,
-    i64,
-    f32,
-    f64,
-    DevComm,
-    WindowHandleRaw,
-    CollArgs,
-    ErrorRecord
-);
 
 /// Kernel parameters, by value, in order: `KernelArgs::new().arg(&comm).arg(&win).arg(&n)`.
 ///
@@ -64,13 +30,13 @@ impl KernelArgs {
 
     /// Appends `value` as the next parameter (builder style).
     #[must_use]
-    pub fn arg<T: KernelArg>(mut self, value: &T) -> Self {
+    pub fn arg<T: DevicePlain>(mut self, value: &T) -> Self {
         self.push(value);
         self
     }
 
     /// Appends `value` as the next parameter.
-    pub fn push<T: KernelArg>(&mut self, value: &T) -> &mut Self {
+    pub fn push<T: DevicePlain>(&mut self, value: &T) -> &mut Self {
         const {
             assert!(
                 std::mem::align_of::<T>() <= 8,
@@ -81,7 +47,7 @@ impl KernelArgs {
         let start = self.words.len();
         self.words.resize(start + size.div_ceil(8).max(1), 0);
         // SAFETY: the destination is the `size.div_ceil(8)` words just added (at least `size`
-        // bytes, owned by `self.words`); the source is `size` initialized bytes (KernelArg: no
+        // bytes, owned by `self.words`); the source is `size` initialized bytes (DevicePlain: no
         // padding); the two do not overlap.
         unsafe {
             std::ptr::copy_nonoverlapping(
@@ -121,6 +87,8 @@ impl KernelArgs {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use symcomm_device::abi::{DevComm, WindowHandleRaw};
 
     use super::*;
 

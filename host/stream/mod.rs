@@ -17,7 +17,7 @@ mod test_support;
 use std::any::Any;
 use std::sync::Arc;
 
-pub use args::{KernelArg, KernelArgs};
+pub use args::KernelArgs;
 pub use buffer::Buffer;
 pub use graph::Graph;
 pub(crate) use kernel::check_co_resident;

@@ -1,15 +1,14 @@
-//! Device memory: buffers with host copies, and the plain-data types they copy.
+//! Device memory: buffers with host copies.
 
 use std::ptr;
 use std::sync::Arc;
 
 use cudarc::driver::sys as dsys;
-use symcomm_device::abi::{DevComm, ErrorRecord, SYMCOMM_DTYPE_NONE, WindowHandleRaw};
 
 use super::device::Context;
 use super::loader::check;
 use super::{CudaDevice, Stream};
-use crate::{Error, Result};
+use crate::{DevicePlain, Error, Result};
 
 impl CudaDevice {
     /// Allocates `bytes` bytes of device memory, zeroed (`cuMemAlloc` + `cuMemsetD8`, both
@@ -48,46 +47,6 @@ impl CudaDevice {
         Ok(buf)
     }
 }
-
-/// Plain data that can be copied between host and device memory byte for byte.
-///
-/// # Safety
-/// Implementors are `Copy`, contain no pointers to host state that a copy could invalidate, have
-/// no padding bytes, and every bit pattern of their size is a valid value.
-pub unsafe trait DevicePlain: Copy + 'static {
-    /// The `SYMCOMM_DTYPE_*` code a window of this type carries to the device
-    /// (`WindowHandleRaw::dtype`), where collectives of another type refuse it. The default,
-    /// `SYMCOMM_DTYPE_NONE`, lets collectives of any type of the same size (or, for a 1-byte
-    /// type, any type at all) use the window: right for user structs, and for `u8`, `u16` and
-    /// `i16`, which Rust programs use to hold fp8, f16 and bf16 values and raw bytes.
-    const DTYPE: u32 = SYMCOMM_DTYPE_NONE;
-}
-
-macro_rules! device_plain {
-    ($($t:ty $(= $code:expr)?),*) => {$(
-        // SAFETY: primitive integers and floats, and the ABI structs (all-integer `repr(C)` with
-        // no padding, pinned by the layout assertions in abi.h and abi.rs), accept every bit
-        // pattern.
-        unsafe impl DevicePlain for $t {
-            $(const DTYPE: u32 = $code;)?
-        }
-    )*};
-}
-device_plain!(
-    u8,
-    u16,
-    u32 = symcomm_device::abi::SYMCOMM_DTYPE_U32,
-    u64 = symcomm_device::abi::SYMCOMM_DTYPE_U64,
-    i8 = symcomm_device::abi::SYMCOMM_DTYPE_I8,
-    i16,
-    i32 = symcomm_device::abi::SYMCOMM_DTYPE_I32,
-    i64 = symcomm_device::abi::SYMCOMM_DTYPE_I64,
-    f32 = symcomm_device::abi::SYMCOMM_DTYPE_F32,
-    f64 = symcomm_device::abi::SYMCOMM_DTYPE_F64,
-    DevComm,
-    WindowHandleRaw,
-    ErrorRecord
-);
 
 /// Device memory of one GPU, freed on drop.
 ///

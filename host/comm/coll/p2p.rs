@@ -12,10 +12,6 @@ use crate::stream::{Buffer, KernelArgs, LaunchConfig, Stream};
 use crate::tune;
 use crate::{Error, Result};
 
-// SAFETY: `P2pArgs` is the all-integer `repr(C)` mirror of abi.h's struct (layout pinned on both
-// sides), with device addresses as integers.
-unsafe impl crate::stream::KernelArg for P2pArgs {}
-
 /// Sends and receives posted together and launched as one kernel by [`Communicator::group`]:
 /// they progress concurrently, so a rank may post them in any order without deadlock (for
 /// example a send to the next pipeline stage and a receive from the previous one). A send and a

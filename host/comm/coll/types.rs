@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use symcomm_device::abi::WindowHandleRaw;
 
-use crate::backend::cuda::DevicePlain;
+use crate::DevicePlain;
 use crate::comm::Window;
 use crate::comm::memory::FlatMapping;
 use crate::stream::{Buffer, Retained};
