@@ -3,37 +3,15 @@
 use super::*;
 
 /// Runs `body` on `nranks` communicator ranks as threads on `device`, each with its own
-/// communicator; the ranks' results, or the first failed rank's error.
+/// communicator (the tests' fixture, with the GPU checks' device timeout); the ranks' results,
+/// or the first failed rank's error.
 pub(crate) fn comm_threads<T: Send>(
     device: symcomm::Device,
     nranks: u32,
     body: impl Fn(&symcomm::Communicator) -> Result<T, String> + Sync,
 ) -> Result<Vec<T>, String> {
-    let id = symcomm::UniqueId::new_on("127.0.0.1".parse().map_err(err)?).map_err(err)?;
-    std::thread::scope(|s| {
-        let hs: Vec<_> = (0..nranks)
-            .map(|r| {
-                let (id, body) = (&id, &body);
-                s.spawn(move || -> Result<T, String> {
-                    let config = symcomm::bootstrap::BootstrapConfig::new(id.clone(), r, nranks)
-                        .with_timeout(Duration::from_secs(60))
-                        .with_host_id("gpu-check");
-                    let options = symcomm::CommOptions::default().with_device_timeout(TIMEOUT);
-                    let comm =
-                        symcomm::Communicator::init_with(&config, device, &options).map_err(err)?;
-                    body(&comm)
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .enumerate()
-            .map(|(r, h)| {
-                h.join()
-                    .unwrap_or_else(|_| Err("rank thread panicked".into()))
-                    .map_err(|e| format!("rank {r}: {e}"))
-            })
-            .collect()
-    })
+    let options = symcomm::CommOptions::default().with_device_timeout(TIMEOUT);
+    support::try_with_ranks_on(device, nranks, &options, |comm| body(&comm))
 }
 
 /// `nranks` communicator ranks as threads on `device`: windows of `count` f32, every rank's copy

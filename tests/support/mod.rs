@@ -46,7 +46,21 @@ pub(crate) fn with_ranks_using<T: Send>(
     options: &CommOptions,
     body: impl Fn(Arc<Communicator>) -> T + Sync,
 ) -> Vec<T> {
-    let id = UniqueId::new_on(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+    try_with_ranks_on(Device::Emu, nranks, options, |comm| Ok(body(comm)))
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Runs `body(comm)` on `nranks` ranks as threads of one process, each with its own
+/// communicator on `device` (loopback rendezvous, one simulated host, `options`): each rank's
+/// result in rank order, or the first failure as `rank r: ...` (init, `body`, or a panic).
+/// The GPU checks run it on a GPU, the tests on the emulator.
+pub(crate) fn try_with_ranks_on<T: Send>(
+    device: Device,
+    nranks: u32,
+    options: &CommOptions,
+    body: impl Fn(Arc<Communicator>) -> std::result::Result<T, String> + Sync,
+) -> std::result::Result<Vec<T>, String> {
+    let id = UniqueId::new_on(IpAddr::V4(Ipv4Addr::LOCALHOST)).map_err(|e| e.to_string())?;
     thread::scope(|s| {
         let handles: Vec<_> = (0..nranks)
             .map(|r| {
@@ -55,13 +69,21 @@ pub(crate) fn with_ranks_using<T: Send>(
                     let c = BootstrapConfig::new(id.clone(), r, nranks)
                         .with_timeout(Duration::from_secs(60))
                         .with_host_id("test-host");
-                    let comm = Communicator::init_with(&c, Device::Emu, options)
-                        .unwrap_or_else(|e| panic!("rank {r}: init: {e}"));
+                    let comm = Communicator::init_with(&c, device, options)
+                        .map_err(|e| format!("init: {e}"))?;
                     body(comm)
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(r, h)| {
+                h.join()
+                    .unwrap_or_else(|_| Err("the rank's thread panicked".into()))
+                    .map_err(|e| format!("rank {r}: {e}"))
+            })
+            .collect()
     })
 }
 
