@@ -1,0 +1,28 @@
+//! `symcomm._symcomm`: the Python extension module under the `symcomm` package.
+//!
+//! The package's Python layer (`python/symcomm/__init__.py`) turns arrays and tensors into the
+//! plain arguments taken here (addresses, byte counts, type names); this module holds the
+//! communicator, its windows and streams, and maps the library's errors onto the exceptions of
+//! `symcomm/errors.py` (`errors.rs`). Windows leave through DLPack (`dlpack.rs`). Every call that can block (joining,
+//! collectives, barriers, waits) releases the GIL, so ranks may be Python threads.
+
+// pyo3's macros expand to code the workspace lints would flag (missing docs on generated items,
+// `unsafe` in generated FFI glue).
+#![allow(missing_docs, unsafe_code)]
+
+mod comm;
+mod dlpack;
+mod errors;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _symcomm(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<comm::UniqueId>()?;
+    m.add_class::<comm::Communicator>()?;
+    m.add_class::<comm::Window>()?;
+    m.add_class::<comm::Stream>()?;
+    m.add_function(wrap_pyfunction!(comm::dtypes, m)?)?;
+    Ok(())
+}
