@@ -169,6 +169,43 @@ impl Communicator {
         Ok(Stream(Arc::new(s)))
     }
 
+    /// An existing `CUstream` of this communicator's GPU (e.g. `torch.cuda.current_stream()
+    /// .cuda_stream`; 0 is the legacy default stream), wrapped without owning it: the caller keeps
+    /// it alive while the returned stream is in use. GPU only.
+    fn wrap_cuda_stream(&self, handle: u64) -> PyResult<Stream> {
+        match self.comm.backend() {
+            Backend::Cuda(device) => {
+                // SAFETY: the handle is a stream of `device`'s primary context (the one PyTorch
+                // and the CUDA runtime use) that its owner keeps alive while the wrapper is in
+                // use — this method's documented contract.
+                let s = unsafe { symcomm::Stream::from_cuda_raw(device, handle) };
+                Ok(Stream(Arc::new(s)))
+            }
+            _ => Err(invalid(
+                "a CUDA stream handle needs a communicator on a GPU (this one is on the emulator)"
+                    .to_owned(),
+            )),
+        }
+    }
+
+    /// The device handle a kernel takes (`DevComm`), as a dict of its fields: `rank`, `nranks`,
+    /// `signal_base` / `signal_stride` (rank r's signal words at `signal_base + r *
+    /// signal_stride`), `signal_words`, `abort_flag`, `error`, `timeout_ns`, `abi_version`.
+    fn device_handle<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        let h = self.comm.device_handle().or_raise()?;
+        let d = pyo3::types::PyDict::new(py);
+        d.set_item("abi_version", h.abi_version)?;
+        d.set_item("rank", h.rank)?;
+        d.set_item("nranks", h.nranks)?;
+        d.set_item("signal_words", h.signal_words)?;
+        d.set_item("signal_base", h.signal_base)?;
+        d.set_item("signal_stride", h.signal_stride)?;
+        d.set_item("abort_flag", h.abort_flag)?;
+        d.set_item("error", h.error)?;
+        d.set_item("timeout_ns", h.timeout_ns)?;
+        Ok(d)
+    }
+
     /// Blocks until every rank called it (bounded).
     fn barrier(&self, py: Python<'_>) -> PyResult<()> {
         py.detach(|| self.comm.barrier()).or_raise()

@@ -158,8 +158,21 @@ def _collective(self, kind, send, recv, op="sum", root=0, count=None, stream=Non
     # scatter receives into its own block of the input.
     soff = self.rank * count * size if in_place and kind == "all_gather" else 0
     roff = self.rank * count * size if in_place and kind in ("reduce_scatter", "scatter") else 0
-    self._collective(kind, sbuf, rbuf, count, sdt, op, root, stream, soff, roff)
+    self._collective(kind, sbuf, rbuf, count, sdt, op, root, _stream(self, stream), soff, roff)
     return recv
+
+
+def _stream(comm, stream):
+    """A symcomm Stream for ``stream``: itself, or a CUDA stream (a ``torch.cuda.Stream`` or
+    anything with ``cuda_stream``, or a raw ``CUstream`` integer) wrapped (GPU only)."""
+    if stream is None or isinstance(stream, Stream):
+        return stream
+    handle = getattr(stream, "cuda_stream", stream)
+    if not isinstance(handle, int):
+        raise InvalidArgument(
+            f"stream: a symcomm.Stream, a torch.cuda.Stream or a CUstream handle, not {type(stream).__name__}"
+        )
+    return comm.wrap_cuda_stream(handle)
 
 
 def _method(kind, has_op, has_root, doc):
@@ -187,7 +200,8 @@ _COMMON_DOC = """
 ``__cuda_array_interface__`` arrays (GPU), C-contiguous, of one dtype; ``recv=None`` means in
 place (``recv`` is ``send``). ``count`` is the per-rank block in elements (default: deduced
 from the buffers as NCCL counts). Without ``stream`` the call returns when the result is in
-place; with a ``Stream`` and only Windows it returns once enqueued (``stream.synchronize()``).
+place; with a ``Stream`` (``comm.create_stream()``, or a ``torch.cuda.Stream`` / raw CUstream on
+a GPU) and only Windows it returns once enqueued, in that stream's order.
 Returns ``recv``. Raises ``InvalidArgument`` for bad input (nothing runs; the communicator
 stays usable), ``Mismatch`` when ranks disagree, ``PeerLost`` / ``Timeout`` / ``Aborted``.
 """

@@ -213,3 +213,27 @@ def test_window_exports_and_streams(threads):
         return int(a.sum())
 
     assert threads(3, body) == [6 * 3] * 3
+
+
+def test_device_handle_and_foreign_streams(threads):
+    def body(comm):
+        h = comm.device_handle()
+        assert (h["rank"], h["nranks"]) == (comm.rank, comm.nranks)
+        assert h["signal_base"] and h["abort_flag"] and h["timeout_ns"] > 0
+        w = comm.alloc_window(4, "float32")
+        # A raw CUDA stream (or a torch stream) needs a GPU: refused on the emulator, and usable after.
+        with pytest.raises(symcomm.InvalidArgument, match="GPU"):
+            comm.all_reduce(w, stream=0)
+
+        class TorchLike:
+            cuda_stream = 0
+
+        with pytest.raises(symcomm.InvalidArgument, match="GPU"):
+            comm.all_reduce(w, stream=TorchLike())
+        with pytest.raises(symcomm.InvalidArgument, match="stream"):
+            comm.all_reduce(w, stream="fast")
+        np.from_dlpack(w)[:] = 1
+        comm.all_reduce(w)
+        return float(np.from_dlpack(w).sum())
+
+    assert threads(2, body) == [8.0, 8.0]
