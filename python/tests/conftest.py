@@ -43,9 +43,10 @@ def run_threads(nranks, body):
     return results
 
 
-def launch(nranks, scenario, *args, env=None):
-    """Runs ``workers.py scenario args...`` as ``nranks`` processes (the torchrun variables and
-    a fresh SYMCOMM_ID, on the emulator); returns the ``CompletedProcess`` of each rank."""
+def launch(nranks, scenario, *args, env=None, script="workers.py"):
+    """Runs ``script scenario args...`` (``workers.py`` by default) as ``nranks`` processes (the
+    torchrun variables and a fresh SYMCOMM_ID, on the emulator); returns the
+    ``CompletedProcess`` of each rank."""
     uid = str(symcomm.UniqueId())
     procs = []
     for r in range(nranks):
@@ -61,7 +62,7 @@ def launch(nranks, scenario, *args, env=None):
         e.update(env or {})
         procs.append(
             subprocess.Popen(
-                [sys.executable, os.path.join(HERE, "workers.py"), scenario, *map(str, args)],
+                [sys.executable, os.path.join(HERE, script), scenario, *map(str, args)],
                 env=e,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
