@@ -87,3 +87,19 @@ def test_a_missing_peer_times_out_instead_of_hanging():
     runs = launch(2, "missing_peer", 300, script="triton_workers.py")
     assert runs[0].returncode == 0 and "status=1" in runs[0].stdout, runs[0].stdout + runs[0].stderr[-2000:]
     assert runs[1].returncode == 0, runs[1].stderr[-2000:]
+
+
+def test_the_gpu_check_script_on_the_emulator():
+    """python/tests/gpu_check.py is what scripts/gpu-check runs on a GPU; here on the emulator
+    (numpy views, the Triton kernel in the interpreter) so that it cannot rot."""
+    import os
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    p = subprocess.run(
+        [sys.executable, os.path.join(here, "gpu_check.py"), "--device", "emu", "--count", "3000"],
+        capture_output=True, text=True, timeout=240,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("PASS python_") == 2 and "#wrong=0" in p.stdout, p.stdout
