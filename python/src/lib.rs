@@ -24,5 +24,12 @@ fn _symcomm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<comm::Window>()?;
     m.add_class::<comm::Stream>()?;
     m.add_function(wrap_pyfunction!(comm::dtypes, m)?)?;
+    // The signal area's layout (abi.h), for kernels written in Python (`symcomm.triton`).
+    use symcomm::abi;
+    m.add("SIGNAL_WORDS", abi::SYMCOMM_SIGNAL_WORDS)?;
+    m.add("USER_SIGNAL_END", abi::SYMCOMM_USER_SIGNAL_END)?;
+    m.add("BARRIER_WORD_FIRST", abi::SYMCOMM_BARRIER_WORD_FIRST)?;
+    m.add("USER_BARRIER_FIRST", symcomm::USER_BARRIER_FIRST)?;
+    m.add("USER_BARRIER_END", symcomm::USER_BARRIER_END)?;
     Ok(())
 }

@@ -15,21 +15,33 @@ collectives never touch them. Words only grow: a wait is for a value, e.g. an ep
 
 Waits are bounded: by ``max_spins`` polls (the interpreter has no clock) and by the abort flag
 (``comm.abort()`` on any rank); they return a status (:data:`STATUS_OK`, :data:`STATUS_TIMEOUT`,
-:data:`STATUS_ABORTED`, the C++ API's codes) instead of hanging.
+:data:`STATUS_ABORTED`, :data:`STATUS_MISMATCH`, :data:`STATUS_INVALID_ARGUMENT`: the C++ API's
+codes) instead of hanging. Failures are returned, not recorded in the rank's error record.
 
-Not yet: the barrier's call fingerprints and the fused kernels of issue 14.
+:func:`barrier` is the C++ API's barrier, word for word (the same signal words, epochs and
+fingerprints), so a Triton kernel and a C++ kernel may even meet in one.
 """
 
 import triton
 import triton.language as tl
 
-#: Statuses of :func:`wait_until` (``SYMCOMM_STATUS_*``).
+from . import _symcomm
+
+#: Statuses (``SYMCOMM_STATUS_*``).
 STATUS_OK = tl.constexpr(0)
 STATUS_TIMEOUT = tl.constexpr(1)
 STATUS_ABORTED = tl.constexpr(2)
+STATUS_MISMATCH = tl.constexpr(3)
+STATUS_INVALID_ARGUMENT = tl.constexpr(5)
 
 #: Users' signal words are ``[0, USER_SIGNAL_END)``.
-USER_SIGNAL_END = 64
+USER_SIGNAL_END = tl.constexpr(_symcomm.USER_SIGNAL_END)
+#: Barrier index i is signal word ``BARRIER_WORD_FIRST + i``.
+BARRIER_WORD_FIRST = tl.constexpr(_symcomm.BARRIER_WORD_FIRST)
+#: Users' barrier indices are ``[USER_BARRIER_FIRST, USER_BARRIER_END)`` (the host collectives
+#: use the ones below).
+USER_BARRIER_FIRST = tl.constexpr(_symcomm.USER_BARRIER_FIRST)
+USER_BARRIER_END = tl.constexpr(_symcomm.USER_BARRIER_END)
 
 
 def comm_args(comm):
@@ -92,16 +104,56 @@ def wait_until(signal_base, signal_stride, signal_words, rank, peer, word, value
 
 
 @triton.jit
-def barrier(signal_base, signal_stride, signal_words, rank, nranks: tl.constexpr, word, epoch, abort_flag, max_spins):
-    """Program-scope barrier on users' word ``word``: this program of every rank arrives
-    (``signal_add`` 1 to every rank) and waits until every rank's arrivals reach ``epoch`` (the
-    number of barriers on this word so far, this one included). Returns the worst status."""
-    for p in range(nranks):
-        signal_add(signal_base, signal_stride, signal_words, rank, p, word, 1)
+def poll(p, abort_flag, max_spins):
+    """Acquire-polls the ``uint64`` at ``p`` (system scope) once more than ``max_spins`` times or
+    until the abort flag is set: ``(value, status)`` of the last read, for callers whose condition
+    is not a plain ``>=`` (the caller loops)."""
+    abort = abort_flag.to(tl.pointer_type(tl.uint32))
+    v = tl.atomic_add(p, tl.zeros((), tl.uint64), sem="acquire", scope="sys")
     status = 0
-    for p in range(nranks):
-        s = wait_until(signal_base, signal_stride, signal_words, rank, p, word, epoch, abort_flag, max_spins)
-        status = tl.maximum(status, s)
+    if tl.atomic_add(abort, tl.zeros((), tl.uint32), sem="relaxed", scope="sys") != 0:
+        status = 2
+    elif max_spins <= 0:
+        status = 1
+    return v, status
+
+
+@triton.jit
+def barrier(signal_base, signal_stride, signal_words, rank, nranks: tl.constexpr, index, fingerprint, abort_flag, max_spins):
+    """Barrier of this program with the same program of every rank on barrier ``index`` (users:
+    ``[USER_BARRIER_FIRST, USER_BARRIER_END)``), the C++ API's protocol: this rank's next epoch
+    (from its own word) and ``fingerprint`` (a ``uint32`` naming the call: sizes, a step) are
+    release-stored to every rank; then each rank's word is acquire-polled until it reached the
+    epoch. A peer at the same epoch with another fingerprint is :data:`STATUS_MISMATCH` (on both
+    sides); :data:`STATUS_INVALID_ARGUMENT`, touching nothing, for an index at or above
+    ``USER_BARRIER_END``. Writes of every rank's program before it are visible after it returns
+    :data:`STATUS_OK`. Returns the worst status."""
+    status = 0
+    if index >= USER_BARRIER_END:
+        status = 5
+    else:
+        word = BARRIER_WORD_FIRST + index
+        self_word = signal_ptr(signal_base, signal_stride, signal_words, rank, rank, word)
+        prev = tl.atomic_add(self_word, tl.zeros((), tl.uint64), sem="relaxed", scope="sys")
+        low = tl.full((), 0xFFFFFFFF, tl.uint64)
+        fp = tl.cast(fingerprint, tl.uint64) & low
+        epoch = ((prev >> 32) + 1) & low
+        mine = (epoch << 32) | fp
+        for p in range(nranks):
+            tl.atomic_xchg(signal_ptr(signal_base, signal_stride, signal_words, p, rank, word), mine, sem="release", scope="sys")
+        for p in range(nranks):
+            w = signal_ptr(signal_base, signal_stride, signal_words, rank, p, word)
+            spins = max_spins
+            seen, s = poll(w, abort_flag, spins)
+            # Reached: the peer's epoch is ours or later (wrap-safe, as in C++).
+            ahead = tl.cast(((seen >> 32) - epoch) & low, tl.uint32).to(tl.int32, bitcast=True)
+            while (ahead < 0) & (s == 0):
+                spins -= 1
+                seen, s = poll(w, abort_flag, spins)
+                ahead = tl.cast(((seen >> 32) - epoch) & low, tl.uint32).to(tl.int32, bitcast=True)
+            if (s == 0) & (ahead == 0) & ((seen & low) != fp):
+                s = 3
+            status = tl.maximum(status, s)
     return status
 
 
@@ -120,18 +172,22 @@ def all_reduce_tile(src_base, src_stride, offs, mask, nranks: tl.constexpr, dtyp
 def all_reduce_one_shot_kernel(
     src_base, src_stride, dst_base, dst_stride, n,
     signal_base, signal_stride, signal_words, abort_flag, rank,
-    epoch, max_spins, status_ptr,
+    first_index, max_spins, status_ptr,
     nranks: tl.constexpr, BLOCK: tl.constexpr,
 ):
-    """One-shot sum all-reduce of ``n`` float32 from window ``src`` into window ``dst``: program
-    ``pid`` handles elements ``[pid * BLOCK, (pid + 1) * BLOCK)`` behind a barrier on word
-    ``pid`` (so at most 64 programs), and stores its wait status at ``status_ptr[pid]``. The
-    caller orders calls: every rank's ``epoch`` is the call's number (1, 2, ...), and nothing
-    overwrites ``src`` before every rank finished reading it (e.g. ``comm.barrier()``)."""
+    """One-shot sum all-reduce of ``n`` float32 from window ``src`` into window ``dst`` (peers in
+    rank order, accumulated in float32: bitwise the same on every rank). Program ``pid`` handles
+    elements ``[pid * BLOCK, (pid + 1) * BLOCK)`` between an entry and an exit barrier on index
+    ``first_index + pid`` (fingerprint: ``n``), so ``src`` may be rewritten and ``dst`` read once
+    the kernel finished; it stores its status at ``status_ptr[pid]`` (``int32``)."""
     pid = tl.program_id(0)
-    status = barrier(signal_base, signal_stride, signal_words, rank, nranks, pid, epoch, abort_flag, max_spins)
+    index = first_index + pid
+    fp = n
+    status = barrier(signal_base, signal_stride, signal_words, rank, nranks, index, fp, abort_flag, max_spins)
     offs = pid * BLOCK + tl.arange(0, BLOCK)
     mask = (offs < n) & (status == 0)
     acc = all_reduce_tile(src_base, src_stride, offs, mask, nranks, tl.float32)
     tl.store(peer_ptr(dst_base, dst_stride, rank, tl.float32) + offs, acc, mask=mask)
+    if status == 0:
+        status = barrier(signal_base, signal_stride, signal_words, rank, nranks, index, fp, abort_flag, max_spins)
     tl.store(status_ptr.to(tl.pointer_type(tl.int32)) + pid, status)

@@ -13,7 +13,7 @@ from symcomm import triton as st
 SIGNATURE = {
     "src_base": "i64", "src_stride": "i64", "dst_base": "i64", "dst_stride": "i64", "n": "i32",
     "signal_base": "i64", "signal_stride": "i64", "signal_words": "i32", "abort_flag": "i64",
-    "rank": "i32", "epoch": "i64", "max_spins": "i32", "status_ptr": "i64",
+    "rank": "i32", "first_index": "i32", "max_spins": "i32", "status_ptr": "i64",
     "nranks": "constexpr", "BLOCK": "constexpr",
 }
 
@@ -24,17 +24,18 @@ def ptx_of(kernel, nranks=4):
 
 
 def ordering_problems(ptx, nranks):
-    """What the PTX of a one-shot all-reduce lacks: one release arrival per peer at system
-    scope, acquire polls at system scope, nothing relaxed but the abort flag's poll."""
+    """What the PTX of the one-shot all-reduce lacks: per barrier (entry and exit) one release
+    arrival per rank at system scope, acquire polls of the signal words at system scope, and
+    nothing relaxed but reads (the abort flag's poll, the barrier's own epoch)."""
     problems = []
-    arrivals = ptx.count("atom.global.sys.release.add.u64")
-    if arrivals != nranks:
-        problems.append(f"{arrivals} release arrivals, want {nranks}")
+    arrivals = ptx.count("atom.global.sys.release.exch.b64")
+    if arrivals != 2 * nranks:
+        problems.append(f"{arrivals} release arrivals, want {2 * nranks}")
     if "ld.global.sys.acquire.b64" not in ptx:
         problems.append("no acquire poll of the signal words")
-    relaxed = [line.strip() for line in ptx.splitlines() if ".relaxed." in line]
-    if any(".b32" not in line for line in relaxed):
-        problems.append(f"relaxed accesses besides the abort flag's: {relaxed}")
+    writes = [line.strip() for line in ptx.splitlines() if ".relaxed." in line and "ld." not in line]
+    if writes:
+        problems.append(f"relaxed writes: {writes[:3]}")
     return problems
 
 
@@ -44,36 +45,22 @@ def test_compiles_for_sm90_with_release_arrivals_and_acquire_polls():
     assert ordering_problems(ptx, 4) == []
 
 
-# A planted ordering bug: arrivals without release (what the check above must catch).
-@triton.jit
-def _relaxed_signal_add(signal_base, signal_stride, signal_words, rank, peer, word, delta):
-    p = st.signal_ptr(signal_base, signal_stride, signal_words, peer, rank, word)
-    tl.atomic_add(p, tl.cast(delta, tl.uint64), sem="relaxed", scope="sys")
+def test_a_planted_relaxed_arrival_is_caught(tmp_path):
+    """The planted ordering bug (arrivals without release), applied to a copy of the module as
+    the C++ suite's planted bugs are: the PTX check must catch it."""
+    import importlib.util
+    import sys
 
-
-@triton.jit
-def _planted_kernel(
-    src_base, src_stride, dst_base, dst_stride, n,
-    signal_base, signal_stride, signal_words, abort_flag, rank,
-    epoch, max_spins, status_ptr,
-    nranks: tl.constexpr, BLOCK: tl.constexpr,
-):
-    pid = tl.program_id(0)
-    for p in range(nranks):
-        _relaxed_signal_add(signal_base, signal_stride, signal_words, rank, p, pid, 1)
-    status = 0
-    for p in range(nranks):
-        s = st.wait_until(signal_base, signal_stride, signal_words, rank, p, pid, epoch, abort_flag, max_spins)
-        status = tl.maximum(status, s)
-    offs = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = (offs < n) & (status == 0)
-    acc = st.all_reduce_tile(src_base, src_stride, offs, mask, nranks, tl.float32)
-    tl.store(st.peer_ptr(dst_base, dst_stride, rank, tl.float32) + offs, acc, mask=mask)
-    tl.store(status_ptr.to(tl.pointer_type(tl.int32)) + pid, status)
-
-
-def test_a_planted_relaxed_arrival_is_caught():
-    problems = ordering_problems(ptx_of(_planted_kernel), 4)
+    source = open(st.__file__).read()
+    arrival = 'word), mine, sem="release", scope="sys")'
+    assert source.count(arrival) == 1, "the planted bug no longer applies: update it"
+    planted = tmp_path / "symcomm_planted_triton.py"
+    planted.write_text(source.replace(arrival, 'word), mine, sem="relaxed", scope="sys")').replace("from . import _symcomm", "from symcomm import _symcomm"))
+    spec = importlib.util.spec_from_file_location("symcomm_planted_triton", planted)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    problems = ordering_problems(ptx_of(module.all_reduce_one_shot_kernel), 4)
     assert problems and "release arrivals" in problems[0], problems
 
 
@@ -81,6 +68,11 @@ def test_a_planted_relaxed_arrival_is_caught():
 def test_one_shot_all_reduce_in_the_interpreter(nranks, count):
     for r, p in enumerate(launch(nranks, "all_reduce", count, 2, script="triton_workers.py")):
         assert p.returncode == 0 and "#wrong=0 statuses=[]" in p.stdout, f"rank {r}: {p.stdout}{p.stderr[-2000:]}"
+
+
+def test_mismatched_calls_fail_on_every_rank():
+    for r, p in enumerate(launch(2, "mismatch", script="triton_workers.py")):
+        assert p.returncode == 0 and "status=3" in p.stdout, f"rank {r}: {p.stdout}{p.stderr[-2000:]}"
 
 
 def test_a_missing_peer_times_out_instead_of_hanging():
