@@ -128,7 +128,8 @@ fn windows_across_processes() -> Result<(), String> {
         Instant::now() + Duration::from_secs(60),
         None,
     )?;
-    let lines: Vec<(usize, String)> = rx.try_iter().collect();
+    let mut lines = Vec::new();
+    procs::drain_lines(&rx, &mut lines, Duration::from_secs(10));
     let pids: std::collections::BTreeSet<&str> = lines
         .iter()
         .filter_map(|(_, l)| l.split_whitespace().find(|w| w.starts_with("pid=")))

@@ -664,7 +664,7 @@ fn launch_run() -> Result<Duration, String> {
     );
     let codes = procs::wait_all(&mut launcher, hit + Duration::from_secs(5), None);
     let took = hit.elapsed();
-    lines.extend(rx.try_iter());
+    procs::drain_lines(&rx, &mut lines, Duration::from_secs(10));
     let stderr = err.join().unwrap();
     killed.map_err(|e| format!("kill rank 1: {e}"))?;
     let code = codes.map_err(|e| format!("{e}; stderr {stderr}"))?[0];

@@ -156,6 +156,21 @@ pub(crate) fn await_lines(
     Ok(())
 }
 
+/// Receives the remaining lines into `lines` once the children are gone: until every reader of
+/// [`collect_lines`] reached the end of its pipe, or `limit` passed. (A child's last lines may
+/// still be on their way after its exit is seen; `try_iter` there would lose them on a loaded
+/// machine.)
+pub(crate) fn drain_lines(
+    rx: &mpsc::Receiver<(usize, String)>,
+    lines: &mut Vec<(usize, String)>,
+    limit: Duration,
+) {
+    let deadline = Instant::now() + limit;
+    while let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        lines.push(line);
+    }
+}
+
 /// Waits for every child but `skip` to exit by `deadline`; returns their exit codes (-1: killed
 /// by a signal; 0 for `skip`). Past the deadline it kills them all and fails.
 pub(crate) fn wait_all(
@@ -308,7 +323,7 @@ pub(crate) fn fault_run(nranks: u32, victim: u32, fault: Fault) -> Result<FaultR
     let took = hit.elapsed();
     // The victim is stopped, killed, or idle after its goodbye or abort.
     kill_all(&mut children);
-    lines.extend(rx.try_iter());
+    drain_lines(&rx, &mut lines, Duration::from_secs(10));
     let codes = codes.map_err(|e| format!("{e}; lines {lines:?}"))?;
     let fault_us = fault_us.or_else(|| {
         lines
