@@ -28,24 +28,33 @@ struct Call {
     CollArgs a;
     CollScope scope;
     uint64_t soff, doff;
+
+    template <typename T>
+    SYMCOMM_DEVICE WindowSlice<T> src() const {
+        return WindowHandle<T>(a.src).at(soff);
+    }
+    template <typename T>
+    SYMCOMM_DEVICE WindowSlice<T> dst() const {
+        return WindowHandle<T>(a.dst).at(doff);
+    }
 };
 
 template <typename T, RedOp Op>
 struct RunReduction {
     static SYMCOMM_DEVICE void run(Cta g, const Call& c, Status& st) {
-        const WindowHandle<T> src(c.a.src), dst(c.a.dst);
+        const WindowSlice<T> src = c.src<T>(), dst = c.dst<T>();
         switch (c.a.kind) {
             case SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT:
-                st = all_reduce_one_shot<Op>(g, c.comm, c.scope, src, c.soff, dst, c.doff, c.a.count);
+                st = all_reduce_one_shot<Op>(g, c.comm, c.scope, src, dst, c.a.count);
                 break;
             case SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT:
-                st = all_reduce_two_shot<Op>(g, c.comm, c.scope, src, c.soff, dst, c.doff, c.a.count);
+                st = all_reduce_two_shot<Op>(g, c.comm, c.scope, src, dst, c.a.count);
                 break;
             case SYMCOMM_COLL_REDUCE_SCATTER:
-                st = reduce_scatter<Op>(g, c.comm, c.scope, src, c.soff, dst, c.doff, c.a.count);
+                st = reduce_scatter<Op>(g, c.comm, c.scope, src, dst, c.a.count);
                 break;
             default:
-                st = reduce<Op>(g, c.comm, c.scope, c.a.root, src, c.soff, dst, c.doff, c.a.count);
+                st = reduce<Op>(g, c.comm, c.scope, src, dst, c.a.count, c.a.root);
                 break;
         }
     }
@@ -53,16 +62,16 @@ struct RunReduction {
 
 template <typename T>
 SYMCOMM_DEVICE Status run_copy(Cta g, const Call& c) {
-    const WindowHandle<T> src(c.a.src), dst(c.a.dst);
+    const WindowSlice<T> src = c.src<T>(), dst = c.dst<T>();
     switch (c.a.kind) {
         case SYMCOMM_COLL_ALL_GATHER:
-            return all_gather(g, c.comm, c.scope, src, c.soff, dst, c.doff, c.a.count);
+            return all_gather(g, c.comm, c.scope, src, dst, c.a.count);
         case SYMCOMM_COLL_BROADCAST:
-            return broadcast(g, c.comm, c.scope, c.a.root, src, c.soff, dst, c.doff, c.a.count);
+            return broadcast(g, c.comm, c.scope, src, dst, c.a.count, c.a.root);
         case SYMCOMM_COLL_SCATTER:
-            return scatter(g, c.comm, c.scope, c.a.root, src, c.soff, dst, c.doff, c.a.count);
+            return scatter(g, c.comm, c.scope, src, dst, c.a.count, c.a.root);
         default:
-            return all_to_all(g, c.comm, c.scope, src, c.soff, dst, c.doff, c.a.count);
+            return all_to_all(g, c.comm, c.scope, src, dst, c.a.count);
     }
 }
 

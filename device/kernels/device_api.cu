@@ -321,13 +321,14 @@ extern "C" __global__ void symcomm_test_cta_part(DevComm comm, WindowHandleRaw s
         }
     });
     const CollScope scope = grid_scope(first_slot);
+    const WindowSlice<int32_t> in = src.at(soff), out = dst.at(doff);
     Status s = Status::Ok;
     switch (kind) {
-        case PART_ONE_SHOT: s = all_reduce_one_shot<RedOp::Sum>(g, comm, scope, src, soff, dst, doff, count); break;
-        case PART_TWO_SHOT: s = all_reduce_two_shot<RedOp::Sum>(g, comm, scope, src, soff, dst, doff, count); break;
-        case PART_ALL_GATHER: s = all_gather(g, comm, scope, src, soff, dst, doff, count); break;
-        case PART_REDUCE_SCATTER: s = reduce_scatter<RedOp::Sum>(g, comm, scope, src, soff, dst, doff, count); break;
-        default: s = all_to_all(g, comm, scope, src, soff, dst, doff, count); break;
+        case PART_ONE_SHOT: s = all_reduce_one_shot<RedOp::Sum>(g, comm, scope, in, out, count); break;
+        case PART_TWO_SHOT: s = all_reduce_two_shot<RedOp::Sum>(g, comm, scope, in, out, count); break;
+        case PART_ALL_GATHER: s = all_gather(g, comm, scope, in, out, count); break;
+        case PART_REDUCE_SCATTER: s = reduce_scatter<RedOp::Sum>(g, comm, scope, in, out, count); break;
+        default: s = all_to_all(g, comm, scope, in, out, count); break;
     }
     uint32_t wrong = 0;
     if (s == Status::Ok) {

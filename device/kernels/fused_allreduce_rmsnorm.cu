@@ -152,7 +152,7 @@ SYMCOMM_DEVICE void allreduce_residual_rmsnorm(const DevComm& comm, const AllRed
             for (uint32_t j = 0; j < P; ++j) y[k][j] = 0.0f;
             if (c >= packs) continue;
             const uint64_t e = base + uint64_t(c) * P;
-            const PackAccumulator<T, RedOp::Sum> x = reduce_pack_peers<RedOp::Sum>(partial, a.partial_offset + e);
+            const PackAccumulator<T, RedOp::Sum> x = reduce_pack_peers<RedOp::Sum>(partial.at(a.partial_offset + e));
             const Pack16<T> res = load_pack(a.residual + e);
             Pack16<T> res_out;
             SYMCOMM_UNROLL

@@ -9,27 +9,31 @@
 //     barrier index (a GEMM epilogue reducing its own tile). Other CTAs may run other CTA-scope
 //     collectives on other slots at the same time.
 //
-// Buffers are symmetric windows (`WindowHandle<T>`) with element offsets; `src` and `dst` may be
-// the same window (window-to-window or in place). Counts are per-rank block sizes, as in NCCL:
-//   all_reduce_*     src[soff, +count)          -> dst[doff, +count)
-//   all_gather       src[soff, +count)          -> dst[doff + r*count, +count) for every r
-//   reduce_scatter   src[soff + r*count, +count) of every rank, reduced -> rank r's dst[doff, +count)
-//   broadcast        root's src[soff, +count)   -> dst[doff, +count)
-//   reduce           src[soff, +count)          -> root's dst[doff, +count)
-//   scatter          root's src[soff + r*count, +count) -> rank r's dst[doff, +count)
-//   all_to_all       src[soff + p*count, +count) of rank r -> dst[doff + r*count, +count) of rank p
+// Arguments, in this order for every collective: the group, the communicator, the scope, the
+// source slice, the destination slice, the count, and for rooted collectives (broadcast, reduce,
+// scatter) the root last — NCCL's order (sendbuff, recvbuff, count, ..., root). Buffers are
+// slices of symmetric windows (`WindowSlice<T>`, `win.at(offset)`, window.cuh); `src` and `dst`
+// may be slices of the same window (window-to-window or in place). Below, `src[i]` is element
+// src.offset + i of a copy of src's window. Counts are per-rank block sizes, as in NCCL:
+//   all_reduce_*     src[0, count)              -> dst[0, count)
+//   all_gather       src[0, count)              -> dst[r*count, +count) for every r
+//   reduce_scatter   src[r*count, +count) of every rank, reduced -> rank r's dst[0, count)
+//   broadcast        root's src[0, count)       -> dst[0, count)
+//   reduce           src[0, count)              -> root's dst[0, count)
+//   scatter          root's src[r*count, +count) -> rank r's dst[0, count)
+//   all_to_all       src[p*count, +count) of rank r -> dst[r*count, +count) of rank p
 // Offsets are the same on every rank (the windows are symmetric), except that an in-place
-// all-gather passes soff = doff + rank*count, NCCL's in-place convention, on each rank.
+// all-gather passes src.offset = dst.offset + rank*count, NCCL's in-place convention, on each rank.
 // In place means the same window with the offsets NCCL uses for in-place calls: all-reduce,
-// broadcast, reduce, all-to-all: soff == doff; all-gather: soff == doff + rank*count;
-// reduce-scatter and scatter: doff == soff + rank*count. Any other overlap of an input and an
-// output range is refused (Status::InvalidArgument).
+// broadcast, reduce, all-to-all: src.offset == dst.offset; all-gather: src.offset == dst.offset +
+// rank*count; reduce-scatter and scatter: dst.offset == src.offset + rank*count. Any other overlap
+// of an input and an output range is refused (Status::InvalidArgument).
 //
 // Bounds and types: at entry, before any memory access and before its first barrier, every
 // collective checks that each range of the table above fits in its window (all_gather writes
-// nranks*count elements from doff, reduce_scatter reads nranks*count from soff, ...; a CTA-scope
-// call passes its own tile's offsets), in exact arithmetic (an offset + count that wraps around
-// 2^64 does not fit), that both windows hold T (`WindowHandle::holds`: element size sizeof(T), or
+// nranks*count elements of dst, reduce_scatter reads nranks*count of src, ...; a CTA-scope call
+// passes its own tile's slices), in exact arithmetic (an offset + count that wraps around 2^64
+// does not fit: `WindowSlice::fits`), that both windows hold T (`holds`: element size sizeof(T), or
 // a byte window) and T's type (`holds_dtype`: the window's SYMCOMM_DTYPE_* code, or
 // SYMCOMM_DTYPE_NONE), and that both span comm.nranks ranks. Otherwise it records
 // InvalidArgument (op SYMCOMM_OP_COLLECTIVE, detail `kind | reason << 32` with a SYMCOMM_REFUSED_*
@@ -91,14 +95,14 @@ struct Range {
 /// This is exactly the work of each CTA in the collectives below (all but the two-shot
 /// all-reduce, see two_shot_part), per block of `count` elements of each buffer: CTA b of every
 /// rank reads only part P of each input block of every rank and writes only part P of this rank's
-/// output blocks:
-///   all_reduce_one_shot  src[soff + P] of every rank      -> dst[doff + P]
-///   all_gather           src[soff + P] of every rank      -> dst[doff + r*count + P] for every r
-///   reduce_scatter       src[soff + r*count + P] of every rank, reduced -> rank r's dst[doff + P]
-///   broadcast            root's src[soff + P]             -> dst[doff + P]
-///   reduce               src[soff + P] of every rank      -> root's dst[doff + P]
-///   scatter              root's src[soff + r*count + P]   -> rank r's dst[doff + P]
-///   all_to_all           src[soff + p*count + P] of rank r -> dst[doff + r*count + P] of rank p
+/// output blocks (indices relative to the slices, as in the table at the top):
+///   all_reduce_one_shot  src[P] of every rank             -> dst[P]
+///   all_gather           src[P] of every rank             -> dst[r*count + P] for every r
+///   reduce_scatter       src[r*count + P] of every rank, reduced -> rank r's dst[P]
+///   broadcast            root's src[P]                    -> dst[P]
+///   reduce               src[P] of every rank             -> root's dst[P]
+///   scatter              root's src[r*count + P]          -> rank r's dst[P]
+///   all_to_all           src[p*count + P] of rank r       -> dst[r*count + P] of rank p
 /// So a grid-scope kernel may produce its input and consume its output per CTA, with no grid-wide
 /// sync around the call: CTA b writes part P of its input blocks before the call (the call's entry
 /// barrier publishes them to CTA b of every rank), and after the call returns Ok every thread of
@@ -109,64 +113,64 @@ SYMCOMM_DEVICE Range cta_part(CollScope scope, uint64_t count);
 
 /// The calling CTA's part of rank q's share in a two-shot all-reduce of `count` elements of T at
 /// `scope` (each rank reduces one share of [0, count), cut at 16-byte packs): CTA b of every rank
-/// reads src[soff + Q_q] of every rank and writes dst[doff + Q_q], for every q in [0, nranks),
+/// reads src[Q_q] of every rank and writes dst[Q_q], for every q in [0, nranks),
 /// where Q_q = two_shot_part<T>(scope, nranks, count, q); as for cta_part, a CTA may write Q_q of
 /// its input for every q before the call and read Q_q of its output for every q after it.
 template <typename T>
 SYMCOMM_DEVICE Range two_shot_part(CollScope scope, uint32_t nranks, uint64_t count, uint32_t q);
 
 /// All-reduce, one-shot: each rank reads every peer's input and reduces it itself (one step of
-/// latency; for small messages). `src[soff, +count)` of every rank, reduced with `Op`, lands in
-/// every rank's `dst[doff, +count)`. In place (same window, soff == doff) runs in rounds of one
-/// item per thread with a barrier per round.
+/// latency; for small messages). `src[0, count)` of every rank, reduced with `Op`, lands in
+/// every rank's `dst[0, count)`. In place (same window, src.offset == dst.offset) runs in rounds
+/// of one item per thread with a barrier per round.
 template <RedOp Op, typename T>
-SYMCOMM_DEVICE Status all_reduce_one_shot(Cta g, const DevComm& comm, CollScope scope, WindowHandle<T> src, uint64_t soff,
-                                          WindowHandle<T> dst, uint64_t doff, uint64_t count);
+SYMCOMM_DEVICE Status all_reduce_one_shot(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                                          WindowSlice<T> dst, uint64_t count);
 
 /// All-reduce, two-shot: rank r reduces block r of the elements (a reduce-scatter into its own
 /// `dst`), then every rank gathers the other blocks from their owners' `dst` (an all-gather).
 /// Reads each input once in total instead of once per rank: for large messages. Same buffers
 /// and in-place rule as all_reduce_one_shot; in place needs no extra rounds.
 template <RedOp Op, typename T>
-SYMCOMM_DEVICE Status all_reduce_two_shot(Cta g, const DevComm& comm, CollScope scope, WindowHandle<T> src, uint64_t soff,
-                                          WindowHandle<T> dst, uint64_t doff, uint64_t count);
+SYMCOMM_DEVICE Status all_reduce_two_shot(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                                          WindowSlice<T> dst, uint64_t count);
 
-/// All-gather: rank r's `src[soff, +count)` lands in every rank's `dst[doff + r*count, +count)`.
-/// In place: soff == doff + rank*count in the same window.
+/// All-gather: rank r's `src[0, count)` lands in every rank's `dst[r*count, +count)`.
+/// In place: src.offset == dst.offset + rank*count in the same window.
 template <typename T>
-SYMCOMM_DEVICE Status all_gather(Cta g, const DevComm& comm, CollScope scope, WindowHandle<T> src, uint64_t soff,
-                                 WindowHandle<T> dst, uint64_t doff, uint64_t count);
+SYMCOMM_DEVICE Status all_gather(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                                 WindowSlice<T> dst, uint64_t count);
 
-/// Reduce-scatter: block r (`src[soff + r*count, +count)`) of every rank, reduced with `Op`,
-/// lands in rank r's `dst[doff, +count)`. In place: doff == soff + rank*count, same window.
+/// Reduce-scatter: block r (`src[r*count, +count)`) of every rank, reduced with `Op`, lands in
+/// rank r's `dst[0, count)`. In place: dst.offset == src.offset + rank*count, same window.
 template <RedOp Op, typename T>
-SYMCOMM_DEVICE Status reduce_scatter(Cta g, const DevComm& comm, CollScope scope, WindowHandle<T> src, uint64_t soff,
-                                     WindowHandle<T> dst, uint64_t doff, uint64_t count);
+SYMCOMM_DEVICE Status reduce_scatter(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                                     WindowSlice<T> dst, uint64_t count);
 
-/// Broadcast: `root`'s `src[soff, +count)` lands in every rank's `dst[doff, +count)`. In place:
-/// soff == doff in the same window (the root then copies nothing).
+/// Broadcast: `root`'s `src[0, count)` lands in every rank's `dst[0, count)`. In place:
+/// src.offset == dst.offset in the same window (the root then copies nothing).
 template <typename T>
-SYMCOMM_DEVICE Status broadcast(Cta g, const DevComm& comm, CollScope scope, uint32_t root, WindowHandle<T> src,
-                                uint64_t soff, WindowHandle<T> dst, uint64_t doff, uint64_t count);
+SYMCOMM_DEVICE Status broadcast(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                                WindowSlice<T> dst, uint64_t count, uint32_t root);
 
-/// Reduce: every rank's `src[soff, +count)`, reduced with `Op`, lands in `root`'s
-/// `dst[doff, +count)` (other ranks' `dst` is untouched). In place: soff == doff, same window.
+/// Reduce: every rank's `src[0, count)`, reduced with `Op`, lands in `root`'s `dst[0, count)`
+/// (other ranks' `dst` is untouched). In place: src.offset == dst.offset, same window.
 template <RedOp Op, typename T>
-SYMCOMM_DEVICE Status reduce(Cta g, const DevComm& comm, CollScope scope, uint32_t root, WindowHandle<T> src, uint64_t soff,
-                             WindowHandle<T> dst, uint64_t doff, uint64_t count);
+SYMCOMM_DEVICE Status reduce(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                             WindowSlice<T> dst, uint64_t count, uint32_t root);
 
-/// Scatter: block r of `root`'s `src` (`src[soff + r*count, +count)`) lands in rank r's
-/// `dst[doff, +count)`. In place: on every rank doff == soff + rank*count in the same window.
+/// Scatter: block r of `root`'s `src` (`src[r*count, +count)`) lands in rank r's `dst[0, count)`.
+/// In place: on every rank dst.offset == src.offset + rank*count in the same window.
 template <typename T>
-SYMCOMM_DEVICE Status scatter(Cta g, const DevComm& comm, CollScope scope, uint32_t root, WindowHandle<T> src,
-                              uint64_t soff, WindowHandle<T> dst, uint64_t doff, uint64_t count);
+SYMCOMM_DEVICE Status scatter(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                              WindowSlice<T> dst, uint64_t count, uint32_t root);
 
-/// All-to-all: block p of rank r's `src` (`src[soff + p*count, +count)`) lands in block r of rank
-/// p's `dst` (`dst[doff + r*count, +count)`). In place (soff == doff, same window) runs in rounds
-/// with a barrier per round and needs a CTA of at least nranks threads.
+/// All-to-all: block p of rank r's `src` (`src[p*count, +count)`) lands in block r of rank p's
+/// `dst` (`dst[r*count, +count)`). In place (src.offset == dst.offset, same window) runs in
+/// rounds with a barrier per round and needs a CTA of at least nranks threads.
 template <typename T>
-SYMCOMM_DEVICE Status all_to_all(Cta g, const DevComm& comm, CollScope scope, WindowHandle<T> src, uint64_t soff,
-                                 WindowHandle<T> dst, uint64_t doff, uint64_t count);
+SYMCOMM_DEVICE Status all_to_all(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                                 WindowSlice<T> dst, uint64_t count);
 
 }  // namespace symcomm
 

@@ -4,9 +4,10 @@
 // + residual add + RMSNorm, a GEMM epilogue that reduces its tile) wants the reduced values in
 // registers, to keep computing on them before anything is stored. The pieces for that:
 //
-//   reduce_pack_peers<Op>(src, index)   one 16-byte pack of every rank's copy of a window, reduced
-//                                       element-wise in rank order into accumulators (registers),
-//                                       not rounded: the caller keeps computing in acc_t<T>
+//   reduce_pack_peers<Op>(src)          the 16-byte pack at the start of slice `src` (win.at(i))
+//                                       in every rank's copy, reduced element-wise in rank order
+//                                       into accumulators (registers), not rounded: the caller
+//                                       keeps computing in acc_t<T>
 //   group_reduce<Op>(Warp{} | Cta{}, v) the reduction of one value per thread over a warp or a
 //                                       CTA, returned to every thread (e.g. sum(y^2) of a row)
 //   SYMCOMM_UNROLL                      `#pragma unroll` that the emulator build accepts
@@ -42,16 +43,17 @@
 
 namespace symcomm {
 
-/// Element-wise reduction with `Op` of pack `index` (the 16 bytes at element `index`) of every
-/// rank's copy of `src`, peers in rank order 0..nranks-1, in the accumulation type and not
+/// Element-wise reduction with `Op` of the pack at the start of slice `src` (the 16 bytes from
+/// element src.offset) in every rank's copy, peers in rank order 0..nranks-1, in the accumulation
+/// type and not
 /// rounded: element j is `result.a[j].acc` (`acc_t<T>`, float for f16/bf16/fp8/f32), or
 /// `result.result(nranks)` rounds it to T as the collectives do. Every rank gets the same bits.
 ///
-/// Who calls: any thread, for its own pack. Pre: `src.peer_ptr(p, index)` is 16-byte aligned
+/// Who calls: any thread, for its own pack. Pre: `src.peer_ptr(p, 0)` is 16-byte aligned
 /// (pack_aligned) and inside the window for every rank p; the inputs were made visible by a
 /// barrier (or a signal wait) after every rank wrote them. Plain loads: they order nothing.
 template <RedOp Op, typename T>
-SYMCOMM_DEVICE PackAccumulator<T, Op> reduce_pack_peers(const WindowHandle<T>& src, uint64_t index);
+SYMCOMM_DEVICE PackAccumulator<T, Op> reduce_pack_peers(WindowSlice<T> src);
 
 /// The reduction with `Op` (Sum, Prod, Min, Max; see Accumulator for the semantics) of `v` over
 /// the 32 threads of the warp, returned to every thread, with the same bits on every thread.

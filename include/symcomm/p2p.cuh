@@ -6,11 +6,15 @@
 // offset). They order nothing by themselves: a peer may read what a put wrote only after a
 // signal or barrier that follows the put (put_with_signal does both).
 //
+// Arguments: source before destination, as in the collectives (collectives.cuh) and NCCL; the
+// remote side is a window slice (`win.at(offset)`, window.cuh) followed by the peer whose copy it
+// names, the local side a plain pointer; then the count.
+//
 // Bounds: each call checks, before touching memory, that the peer is a rank of the window, that
-// the window holds T (element size sizeof(T), or a byte window) and that the window range
-// [offset, offset + count) fits in each rank's copy (exact arithmetic: no wrap-around), and
-// returns Status::InvalidArgument otherwise. The other buffer (`src` of put, `dst` of get) is
-// ordinary memory the library cannot see the size of: keeping it in bounds is the caller's.
+// the window holds T (element size sizeof(T), or a byte window) and that the slice's first
+// `count` elements fit in each rank's copy (exact arithmetic: no wrap-around), and returns
+// Status::InvalidArgument otherwise. The other buffer (`src` of put, `dst` of get) is ordinary
+// memory the library cannot see the size of: keeping it in bounds is the caller's.
 #pragma once
 
 #include <symcomm/group.cuh>
@@ -20,27 +24,27 @@
 namespace symcomm {
 
 /// Put: copies `count` elements from `src` (any memory this thread can read: a window, device
-/// memory, shared memory) into rank `peer`'s copy of `dst` at element `doff`.
+/// memory, shared memory) into the first `count` elements of slice `dst` in rank `peer`'s copy.
 /// Who calls: every thread of `g`, with the same arguments. The group is synchronized before the
 /// copy reads `src`, so what its threads wrote there just before is what is sent (the threads copy
 /// other elements than they wrote). On return each thread's stores are issued but not ordered for
 /// the peer: follow with a release (signal_set by one thread after `g.sync()`), a barrier, or use
 /// put_with_signal.
 /// Returns Ok, or InvalidArgument with nothing copied when peer >= dst.nranks(), `dst` does not
-/// hold T (`WindowHandle::holds`) or [doff, doff + count) does not fit in the window (exact
-/// arithmetic); every thread gets the same Status. `src` is the caller's to keep in bounds. (No
+/// hold T (`WindowSlice::holds`) or `dst.fits(count)` is false (exact arithmetic); every thread
+/// gets the same Status. `src` is the caller's to keep in bounds. (No
 /// DevComm here, so nothing is recorded: put_with_signal records its refusals.)
 template <typename Group, typename T>
-SYMCOMM_DEVICE Status put(Group g, WindowHandle<T> dst, uint32_t peer, uint64_t doff, const T* src, uint64_t count);
+SYMCOMM_DEVICE Status put(Group g, const T* src, WindowSlice<T> dst, uint32_t peer, uint64_t count);
 
-/// Get: copies `count` elements of rank `peer`'s copy of `src`, from element `soff`, into `dst`
-/// (any memory this thread can write). Who calls: every thread of `g`, same arguments. The caller
+/// Get: copies the first `count` elements of slice `src` in rank `peer`'s copy into `dst` (any
+/// memory this thread can write). Who calls: every thread of `g`, same arguments. The caller
 /// must have acquired the peer's data first (a signal wait or barrier after the peer wrote it);
 /// the group is synchronized before reading, so an acquire made by one of its threads covers all.
-/// Returns Ok, or InvalidArgument with nothing read under the conditions of put (for `src`,
-/// [soff, soff + count)); `dst` is the caller's to keep in bounds.
+/// Returns Ok, or InvalidArgument with nothing read under the conditions of put (for `src`:
+/// `src.fits(count)`); `dst` is the caller's to keep in bounds.
 template <typename Group, typename T>
-SYMCOMM_DEVICE Status get(Group g, WindowHandle<T> src, uint32_t peer, uint64_t soff, T* dst, uint64_t count);
+SYMCOMM_DEVICE Status get(Group g, WindowSlice<T> src, uint32_t peer, T* dst, uint64_t count);
 
 /// Put with signal: put (the group synchronized first, as there), then the group synchronizes and
 /// one thread release-stores `value` into
@@ -55,8 +59,8 @@ SYMCOMM_DEVICE Status get(Group g, WindowHandle<T> src, uint32_t peer, uint64_t 
 /// `peer << 32 | word`), or when put would refuse the range (op SYMCOMM_OP_PUT, detail
 /// `peer | reason << 32`).
 template <typename Group, typename T>
-SYMCOMM_DEVICE Status put_with_signal(Group g, const DevComm& comm, WindowHandle<T> dst, uint32_t peer,
-                                      uint64_t doff, const T* src, uint64_t count, uint32_t word, uint64_t value);
+SYMCOMM_DEVICE Status put_with_signal(Group g, const DevComm& comm, const T* src, WindowSlice<T> dst, uint32_t peer,
+                                      uint64_t count, uint32_t word, uint64_t value);
 
 }  // namespace symcomm
 

@@ -13,7 +13,7 @@
 //   signal.cuh   per-peer signal slots, bounded waits (thread, warp, CTA), error records
 //   semaphore.cuh  semaphores: signal counts with the waiter's expected count in device memory
 //   grid.cuh     grid_sync across the CTAs of one launch (co-resident grids)
-//   window.cuh   peer addressing in symmetric windows
+//   window.cuh   peer addressing in symmetric windows; WindowSlice (win.at(offset)) for arguments
 //   types.cuh    element types: DataType codes, f16/bf16/fp8 storage types and conversions, traits
 //   reduce.cuh   reduction operators: RedOp codes, Accumulator, 16-byte packs, run-time dispatch
 //   barrier.cuh  barriers across ranks, with fingerprints (collectives' and user_fingerprint)

@@ -12,6 +12,13 @@
 // (offset + n) * sizeof(T) <= bytes, computed without overflow — a peer that is not a rank, and a
 // `WindowHandle<T>` that does not hold T (see `holds`). Kernels that address windows themselves
 // check with `fits` and `holds`.
+//
+// Slices: the library's operations take a window and an element offset as one value, a
+// `WindowSlice<T>` (`win.at(offset)`): the elements of every rank's copy from `offset` on, like
+// Rust's `&window[offset..]` — the length is the call's `count` argument, not part of the slice,
+// because every operation says how many blocks of `count` it touches. The name is the one concept
+// for "a window from an offset" in the device API; offsets inside a slice (`peer_ptr(peer, i)`,
+// `at(i)`) are relative to its first element.
 #pragma once
 
 #include <symcomm/config.cuh>
@@ -28,6 +35,9 @@ SYMCOMM_DEVICE void* peer_ptr(const WindowHandleRaw& win, uint32_t peer, uint64_
 /// Constructing one from a raw handle of another element type is allowed (it cannot fail, so that
 /// it stays a plain conversion); what is refused is using it: the library's operations check
 /// `holds()` at entry, and kernels that address the window themselves should too.
+template <typename T>
+struct WindowSlice;
+
 template <typename T>
 struct WindowHandle {
     WindowHandleRaw raw;
@@ -58,6 +68,40 @@ struct WindowHandle {
     /// product or sum that would wrap around 2^64 does not fit. An empty range (nothing is
     /// accessed) fits at any index, as NCCL accepts any buffer for a count of 0.
     SYMCOMM_DEVICE bool fits(uint64_t index, uint64_t n, uint64_t blocks = 1) const;
+    /// The slice of the window from element `offset` (what collectives and put / get take).
+    /// Cannot fail: the operations check the range at entry (see `WindowSlice::fits`).
+    SYMCOMM_DEVICE WindowSlice<T> at(uint64_t offset) const;
+};
+
+/// Elements of a window from element `offset` on, in every rank's copy (`window[offset..]`):
+/// the (window, offset) pair that collectives (collectives.cuh), put / get (p2p.cuh) and
+/// reduce_pack_peers (fused.cuh) take as one argument. Plain data; pass it by value. Build it
+/// with `WindowHandle<T>::at`. Element indices below are relative to `offset`; like the handle's,
+/// the addressing functions do not check (one multiply-add), `fits` and `holds` do.
+template <typename T>
+struct WindowSlice {
+    WindowHandle<T> window;
+    /// First element of the slice, in elements of T from the start of each rank's copy.
+    uint64_t offset;
+
+    /// Element `offset + i` of rank `peer`'s copy. Pre: peer < nranks(), offset + i <= the
+    /// window's count() (not checked; see `fits`).
+    SYMCOMM_DEVICE T* peer_ptr(uint32_t peer, uint64_t i) const;
+    /// Element `offset + i` of this rank's copy.
+    SYMCOMM_DEVICE T* local_ptr(uint64_t i) const;
+    /// The slice from element `offset + i` of the same window. Pre: offset + i does not wrap
+    /// around 2^64 (true for any i inside a range that `fits`).
+    SYMCOMM_DEVICE WindowSlice at(uint64_t i) const;
+    /// Ranks sharing the window.
+    SYMCOMM_DEVICE uint32_t nranks() const;
+    /// `window.holds()`: elements of T may address the window.
+    SYMCOMM_DEVICE bool holds() const;
+    /// `window.holds_dtype(dtype)`.
+    SYMCOMM_DEVICE bool holds_dtype(uint32_t dtype) const;
+    /// Whether `blocks` consecutive blocks of `n` elements from the slice's first element, i.e.
+    /// elements [offset, offset + blocks * n) of the window, lie inside each rank's copy
+    /// (`window.fits(offset, n, blocks)`: exact, an empty range fits anywhere).
+    SYMCOMM_DEVICE bool fits(uint64_t n, uint64_t blocks = 1) const;
 };
 
 }  // namespace symcomm

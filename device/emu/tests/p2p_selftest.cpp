@@ -48,7 +48,7 @@ void body(Group g, DevComm comm, WindowHandleRaw raw, uint64_t count, uint64_t s
         const uint64_t i = count - 1 - k;
         *win.local_ptr(soff + i) = value_of<T>(r, i);
     }
-    if (put_with_signal(g, comm, win, next, R + doff, win.local_ptr(soff), count, 0, epoch) != Status::Ok) {
+    if (put_with_signal(g, comm, win.local_ptr(soff), win.at(R + doff), next, count, 0, epoch) != Status::Ok) {
         if (g.thread_rank() == 0) atomicAdd(wrong, 1000000u);
     }
     if (g.thread_rank() == 0 && signal_wait_until(Thread{}, comm, prev, 0, epoch) != Status::Ok) atomicAdd(wrong, 1000000u);
@@ -65,7 +65,7 @@ void body(Group g, DevComm comm, WindowHandleRaw raw, uint64_t count, uint64_t s
     for (uint64_t i = g.thread_rank(); i < count; i += g.size()) {
         bad += !same(*win.local_ptr(R + doff + i), value_of<T>(prev, i));
     }
-    get(g, win, prev, soff, win.local_ptr(2 * R + doff), count);
+    get(g, win.at(soff), prev, win.local_ptr(2 * R + doff), count);
     g.sync();
     for (uint64_t i = g.thread_rank(); i < count; i += g.size()) {
         bad += !same(*win.local_ptr(2 * R + doff + i), value_of<T>(prev, i));
@@ -119,15 +119,15 @@ void refusal_kernel(RefusalArgs a) {
     const uint64_t cap = REFUSAL_BYTES / sizeof(float);
     float scratch[64];
     Status s[REFUSAL_CASES];
-    s[0] = put(g, win, n, 0, refusal_source, 1);                   // peer == nranks
-    s[1] = put(g, win, next, cap - 2, refusal_source, 3);          // one element past the end
-    s[2] = put(g, win, next, ~uint64_t(0) - 1, refusal_source, 4);  // offset + count wraps
-    s[3] = get(g, win, n + 5, 0, scratch, 1);                      // peer > nranks
-    s[4] = get(g, win, next, 0, scratch, cap + 1);                 // count past the end
-    s[5] = get(g, win, next, 1ull << 40, scratch, 1);              // far past the mapping
-    s[6] = put(g, wide, next, 0, refusal_source, 1);               // element size 8 viewed as float
-    s[7] = put_with_signal(g, a.comm, win, next, cap - 2, refusal_source, 3, 0, 1);  // past the end: recorded
-    s[8] = put(g, win, next, cap - 3, refusal_source, 3);          // the last 3 elements: Ok
+    s[0] = put(g, refusal_source, win.at(0), n, 1);                    // peer == nranks
+    s[1] = put(g, refusal_source, win.at(cap - 2), next, 3);           // one element past the end
+    s[2] = put(g, refusal_source, win.at(~uint64_t(0) - 1), next, 4);  // offset + count wraps
+    s[3] = get(g, win.at(0), n + 5, scratch, 1);                       // peer > nranks
+    s[4] = get(g, win.at(0), next, scratch, cap + 1);                  // count past the end
+    s[5] = get(g, win.at(1ull << 40), next, scratch, 1);               // far past the mapping
+    s[6] = put(g, refusal_source, wide.at(0), next, 1);                // element size 8 viewed as float
+    s[7] = put_with_signal(g, a.comm, refusal_source, win.at(cap - 2), next, 3, 0, 1);  // past the end: recorded
+    s[8] = put(g, refusal_source, win.at(cap - 3), next, 3);           // the last 3 elements: Ok
     if (g.thread_rank() == 0) {
         for (uint32_t i = 0; i < REFUSAL_CASES; ++i) a.status[a.comm.rank * REFUSAL_CASES + i] = uint32_t(s[i]);
     }
@@ -283,7 +283,7 @@ extern "C" __global__ void signal_refusal(SignalRefusalArgs a) {
     Status s = Status::Ok;
     if (a.call == kPut) {
         const WindowHandle<uint32_t> win(a.win);
-        s = put_with_signal(Cta{}, a.comm, win, a.peer, 0, win.local_ptr(16), 16, a.word, 1);
+        s = put_with_signal(Cta{}, a.comm, win.local_ptr(16), win.at(0), a.peer, 16, a.word, 1);
     } else if (threadIdx.x == 0) {
         if (a.call == kSet) s = signal_set(Thread{}, a.comm, a.peer, a.word, 1);
         if (a.call == kAdd) s = signal_add(Thread{}, a.comm, a.peer, a.word, 1, a.previous);

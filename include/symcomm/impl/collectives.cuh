@@ -84,6 +84,9 @@ SYMCOMM_DEVICE void store_item(T* p, const Pack16<T>& v, bool is_pack) {
 }
 
 /// Reduces item `index` (element or pack) of every rank's copy of `src`, peers in rank order.
+/// Takes the window and an absolute index rather than a slice: this is the collectives' only
+/// out-of-line call, and a (handle, index) pair keeps its arguments in the registers the callers
+/// already hold (a slice costs two more registers in some sm_80 kernels).
 template <typename T, RedOp Op>
 SYMCOMM_DEVICE_NOINLINE Pack16<T> reduce_item(const WindowHandle<T>& src, uint64_t index, uint32_t n, bool is_pack) {
     if (is_pack) {
@@ -142,11 +145,17 @@ SYMCOMM_DEVICE void copy_part(Cta g, const T* from, T* to, uint64_t lo, uint64_t
     }
 }
 
-/// Same window, and do [a, a+na) and [b, b+nb) (elements) intersect?
+/// Whether `x` and `y` are slices of the same window.
 template <typename T>
-SYMCOMM_DEVICE bool overlaps(const WindowHandle<T>& x, uint64_t a, uint64_t na, const WindowHandle<T>& y, uint64_t b,
-                             uint64_t nb) {
-    return x.raw.base == y.raw.base && na > 0 && nb > 0 && a < b + nb && b < a + na;
+SYMCOMM_DEVICE bool same_window(const WindowSlice<T>& x, const WindowSlice<T>& y) {
+    return x.window.raw.base == y.window.raw.base;
+}
+
+/// Same window, and do the first `na` elements of `x` and the first `nb` of `y` intersect?
+template <typename T>
+SYMCOMM_DEVICE bool overlaps(const WindowSlice<T>& x, uint64_t na, const WindowSlice<T>& y, uint64_t nb) {
+    const uint64_t a = x.offset, b = y.offset;
+    return same_window(x, y) && na > 0 && nb > 0 && a < b + nb && b < a + na;
 }
 
 /// Records InvalidArgument for collective `kind` with `reason` (SYMCOMM_REFUSED_*; one thread)
@@ -160,20 +169,20 @@ SYMCOMM_DEVICE Status refuse(Cta g, const DevComm& comm, uint32_t kind, uint32_t
 }
 
 /// Why a collective on elements of `T` may not read `sblocks` blocks of `count` elements of `src`
-/// from `soff` and write `dblocks` blocks of `dst` from `doff` (a SYMCOMM_REFUSED_* code), or 0.
+/// and write `dblocks` blocks of `dst` (a SYMCOMM_REFUSED_* code), or 0.
 /// Every input is the same on every rank of a correct program (the windows are symmetric; an
-/// in-place all-gather's per-rank `soff` lies inside its output range), so every rank gives the
-/// same answer and a refusal before the first barrier leaves no rank waiting.
+/// in-place all-gather's per-rank src.offset lies inside its output range), so every rank gives
+/// the same answer and a refusal before the first barrier leaves no rank waiting.
 template <typename T>
-SYMCOMM_DEVICE uint32_t window_check(const DevComm& comm, const WindowHandle<T>& src, uint64_t soff, uint64_t sblocks,
-                                     const WindowHandle<T>& dst, uint64_t doff, uint64_t dblocks, uint64_t count) {
+SYMCOMM_DEVICE uint32_t window_check(const DevComm& comm, const WindowSlice<T>& src, uint64_t sblocks,
+                                     const WindowSlice<T>& dst, uint64_t dblocks, uint64_t count) {
     const uint32_t dt = uint32_t(TypeTraits<T>::dtype);
     // Peers 0..comm.nranks-1 are addressed in both windows.
     if (src.nranks() != comm.nranks || dst.nranks() != comm.nranks) return SYMCOMM_REFUSED_PEER;
     if (!src.holds() || !dst.holds()) return SYMCOMM_REFUSED_ELEM_SIZE;
     if (!src.holds_dtype(dt) || !dst.holds_dtype(dt)) return SYMCOMM_REFUSED_DTYPE;
-    if (!src.fits(soff, count, sblocks)) return SYMCOMM_REFUSED_SRC_RANGE;
-    if (!dst.fits(doff, count, dblocks)) return SYMCOMM_REFUSED_DST_RANGE;
+    if (!src.fits(count, sblocks)) return SYMCOMM_REFUSED_SRC_RANGE;
+    if (!dst.fits(count, dblocks)) return SYMCOMM_REFUSED_DST_RANGE;
     return 0;
 }
 
@@ -206,23 +215,23 @@ SYMCOMM_DEVICE Range two_shot_part(CollScope scope, uint32_t nranks, uint64_t co
 }
 
 template <RedOp Op, typename T>
-SYMCOMM_DEVICE Status all_reduce_one_shot(Cta g, const DevComm& comm, CollScope scope, WindowHandle<T> src, uint64_t soff,
-                                          WindowHandle<T> dst, uint64_t doff, uint64_t count) {
+SYMCOMM_DEVICE Status all_reduce_one_shot(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                                          WindowSlice<T> dst, uint64_t count) {
     using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT;
-    if (const uint32_t why = window_check(comm, src, soff, 1, dst, doff, 1, count)) return refuse(g, comm, kind, why);
-    const bool in_place = src.raw.base == dst.raw.base && soff == doff;
-    if (!in_place && overlaps(src, soff, count, dst, doff, count)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
+    if (const uint32_t why = window_check(comm, src, 1, dst, 1, count)) return refuse(g, comm, kind, why);
+    const bool in_place = same_window(src, dst) && src.offset == dst.offset;
+    if (!in_place && overlaps(src, count, dst, count)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
     const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, 0, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
     Status s = barrier(g, comm, part.slot, fp);
     if (s != Status::Ok) return s;
-    const bool vec = phase(src.local_ptr(soff)) == phase(dst.local_ptr(doff));
-    const Items<T> it(part.lo, part.hi, vec, reinterpret_cast<uint64_t>(src.local_ptr(soff + part.lo)));
+    const bool vec = phase(src.local_ptr(0)) == phase(dst.local_ptr(0));
+    const Items<T> it(part.lo, part.hi, vec, reinterpret_cast<uint64_t>(src.local_ptr(part.lo)));
     s = run_items<T>(
         g, comm, it, in_place, part.slot, fp,
-        [&](uint64_t i, bool pk) { return reduce_item<T, Op>(src, soff + i, comm.nranks, pk); },
-        [&](uint64_t i, const Pack16<T>& v, bool pk) { store_item(dst.local_ptr(doff + i), v, pk); });
+        [&](uint64_t i, bool pk) { return reduce_item<T, Op>(src.window, src.offset + i, comm.nranks, pk); },
+        [&](uint64_t i, const Pack16<T>& v, bool pk) { store_item(dst.local_ptr(i), v, pk); });
     if (s != Status::Ok) return s;
     if (in_place) {
         // The last round's stores, for every thread of the CTA (cta_part's promise).
@@ -233,13 +242,13 @@ SYMCOMM_DEVICE Status all_reduce_one_shot(Cta g, const DevComm& comm, CollScope 
 }
 
 template <RedOp Op, typename T>
-SYMCOMM_DEVICE Status all_reduce_two_shot(Cta g, const DevComm& comm, CollScope scope, WindowHandle<T> src, uint64_t soff,
-                                          WindowHandle<T> dst, uint64_t doff, uint64_t count) {
+SYMCOMM_DEVICE Status all_reduce_two_shot(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                                          WindowSlice<T> dst, uint64_t count) {
     using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT;
-    if (const uint32_t why = window_check(comm, src, soff, 1, dst, doff, 1, count)) return refuse(g, comm, kind, why);
-    const bool in_place = src.raw.base == dst.raw.base && soff == doff;
-    if (!in_place && overlaps(src, soff, count, dst, doff, count)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
+    if (const uint32_t why = window_check(comm, src, 1, dst, 1, count)) return refuse(g, comm, kind, why);
+    const bool in_place = same_window(src, dst) && src.offset == dst.offset;
+    if (!in_place && overlaps(src, count, dst, count)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
     const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, 0, in_place);
     const uint32_t P = Pack16<T>::N;
     const uint32_t n = comm.nranks;
@@ -247,148 +256,147 @@ SYMCOMM_DEVICE Status all_reduce_two_shot(Cta g, const DevComm& comm, CollScope 
     const Part part = part_of(scope, mine.lo, mine.hi, P);
     Status s = barrier(g, comm, part.slot, fp);
     if (s != Status::Ok) return s;
-    const bool vec = phase(src.local_ptr(soff)) == phase(dst.local_ptr(doff));
-    const Items<T> it(part.lo, part.hi, vec, reinterpret_cast<uint64_t>(src.local_ptr(soff + part.lo)));
+    const bool vec = phase(src.local_ptr(0)) == phase(dst.local_ptr(0));
+    const Items<T> it(part.lo, part.hi, vec, reinterpret_cast<uint64_t>(src.local_ptr(part.lo)));
     run_items<T>(
         g, comm, it, false, part.slot, fp,
-        [&](uint64_t i, bool pk) { return reduce_item<T, Op>(src, soff + i, n, pk); },
-        [&](uint64_t i, const Pack16<T>& v, bool pk) { store_item(dst.local_ptr(doff + i), v, pk); });
+        [&](uint64_t i, bool pk) { return reduce_item<T, Op>(src.window, src.offset + i, n, pk); },
+        [&](uint64_t i, const Pack16<T>& v, bool pk) { store_item(dst.local_ptr(i), v, pk); });
     s = barrier(g, comm, part.slot, fp);
     if (s != Status::Ok) return s;
     for (uint32_t q = 0; q < n; ++q) {
         if (q == comm.rank) continue;
         const Range pq = two_shot_part<T>(scope, n, count, q);
-        copy_part(g, dst.peer_ptr(q, doff), dst.local_ptr(doff), pq.lo, pq.hi);
+        copy_part(g, dst.peer_ptr(q, 0), dst.local_ptr(0), pq.lo, pq.hi);
     }
     return barrier(g, comm, part.slot, fp);
 }
 
 template <typename T>
-SYMCOMM_DEVICE Status all_gather(Cta g, const DevComm& comm, CollScope scope, WindowHandle<T> src, uint64_t soff,
-                                 WindowHandle<T> dst, uint64_t doff, uint64_t count) {
+SYMCOMM_DEVICE Status all_gather(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                                 WindowSlice<T> dst, uint64_t count) {
     using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_ALL_GATHER;
     const uint32_t n = comm.nranks;
-    if (const uint32_t why = window_check(comm, src, soff, 1, dst, doff, n, count)) return refuse(g, comm, kind, why);
-    const bool in_place = src.raw.base == dst.raw.base && soff == doff + uint64_t(comm.rank) * count;
-    if (!in_place && overlaps(src, soff, count, dst, doff, count * n)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
+    if (const uint32_t why = window_check(comm, src, 1, dst, n, count)) return refuse(g, comm, kind, why);
+    const bool in_place = same_window(src, dst) && src.offset == dst.offset + uint64_t(comm.rank) * count;
+    if (!in_place && overlaps(src, count, dst, count * n)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
     const uint32_t fp = coll_fingerprint<T>(kind, 0, count, 0, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
     Status s = barrier(g, comm, part.slot, fp);
     if (s != Status::Ok) return s;
     for (uint32_t p = 0; p < n; ++p) {
         // In place, rank p's input sits in its own block of the output.
-        const uint64_t from = in_place ? doff + uint64_t(p) * count : soff;
-        copy_part(g, src.peer_ptr(p, from), dst.local_ptr(doff + uint64_t(p) * count), part.lo, part.hi);
+        const WindowSlice<T> from = in_place ? dst.at(uint64_t(p) * count) : src;
+        copy_part(g, from.peer_ptr(p, 0), dst.local_ptr(uint64_t(p) * count), part.lo, part.hi);
     }
     return barrier(g, comm, part.slot, fp);
 }
 
 template <RedOp Op, typename T>
-SYMCOMM_DEVICE Status reduce_scatter(Cta g, const DevComm& comm, CollScope scope, WindowHandle<T> src, uint64_t soff,
-                                     WindowHandle<T> dst, uint64_t doff, uint64_t count) {
+SYMCOMM_DEVICE Status reduce_scatter(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                                     WindowSlice<T> dst, uint64_t count) {
     using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_REDUCE_SCATTER;
     const uint32_t n = comm.nranks;
-    if (const uint32_t why = window_check(comm, src, soff, n, dst, doff, 1, count)) return refuse(g, comm, kind, why);
-    const uint64_t sblock = soff + uint64_t(comm.rank) * count;
-    const bool in_place = src.raw.base == dst.raw.base && doff == sblock;
-    if (!in_place && overlaps(src, soff, count * n, dst, doff, count)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
+    if (const uint32_t why = window_check(comm, src, n, dst, 1, count)) return refuse(g, comm, kind, why);
+    const WindowSlice<T> sblock = src.at(uint64_t(comm.rank) * count);
+    const bool in_place = same_window(src, dst) && dst.offset == sblock.offset;
+    if (!in_place && overlaps(src, count * n, dst, count)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
     const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, 0, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
     Status s = barrier(g, comm, part.slot, fp);
     if (s != Status::Ok) return s;
-    const bool vec = phase(src.local_ptr(sblock)) == phase(dst.local_ptr(doff));
-    const Items<T> it(part.lo, part.hi, vec, reinterpret_cast<uint64_t>(src.local_ptr(sblock + part.lo)));
+    const bool vec = phase(sblock.local_ptr(0)) == phase(dst.local_ptr(0));
+    const Items<T> it(part.lo, part.hi, vec, reinterpret_cast<uint64_t>(sblock.local_ptr(part.lo)));
     run_items<T>(
         g, comm, it, false, part.slot, fp,
-        [&](uint64_t i, bool pk) { return reduce_item<T, Op>(src, sblock + i, n, pk); },
-        [&](uint64_t i, const Pack16<T>& v, bool pk) { store_item(dst.local_ptr(doff + i), v, pk); });
+        [&](uint64_t i, bool pk) { return reduce_item<T, Op>(sblock.window, sblock.offset + i, n, pk); },
+        [&](uint64_t i, const Pack16<T>& v, bool pk) { store_item(dst.local_ptr(i), v, pk); });
     return barrier(g, comm, part.slot, fp);
 }
 
 template <typename T>
-SYMCOMM_DEVICE Status broadcast(Cta g, const DevComm& comm, CollScope scope, uint32_t root, WindowHandle<T> src,
-                                uint64_t soff, WindowHandle<T> dst, uint64_t doff, uint64_t count) {
+SYMCOMM_DEVICE Status broadcast(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                                WindowSlice<T> dst, uint64_t count, uint32_t root) {
     using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_BROADCAST;
-    if (const uint32_t why = window_check(comm, src, soff, 1, dst, doff, 1, count)) return refuse(g, comm, kind, why);
+    if (const uint32_t why = window_check(comm, src, 1, dst, 1, count)) return refuse(g, comm, kind, why);
     if (root >= comm.nranks) return refuse(g, comm, kind, SYMCOMM_REFUSED_ROOT);
-    const bool in_place = src.raw.base == dst.raw.base && soff == doff;
-    if (!in_place && overlaps(src, soff, count, dst, doff, count)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
+    const bool in_place = same_window(src, dst) && src.offset == dst.offset;
+    if (!in_place && overlaps(src, count, dst, count)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
     const uint32_t fp = coll_fingerprint<T>(kind, 0, count, root, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
     Status s = barrier(g, comm, part.slot, fp);
     if (s != Status::Ok) return s;
-    copy_part(g, src.peer_ptr(root, soff), dst.local_ptr(doff), part.lo, part.hi);
+    copy_part(g, src.peer_ptr(root, 0), dst.local_ptr(0), part.lo, part.hi);
     return barrier(g, comm, part.slot, fp);
 }
 
 template <RedOp Op, typename T>
-SYMCOMM_DEVICE Status reduce(Cta g, const DevComm& comm, CollScope scope, uint32_t root, WindowHandle<T> src, uint64_t soff,
-                             WindowHandle<T> dst, uint64_t doff, uint64_t count) {
+SYMCOMM_DEVICE Status reduce(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                             WindowSlice<T> dst, uint64_t count, uint32_t root) {
     using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_REDUCE;
-    if (const uint32_t why = window_check(comm, src, soff, 1, dst, doff, 1, count)) return refuse(g, comm, kind, why);
+    if (const uint32_t why = window_check(comm, src, 1, dst, 1, count)) return refuse(g, comm, kind, why);
     if (root >= comm.nranks) return refuse(g, comm, kind, SYMCOMM_REFUSED_ROOT);
-    const bool in_place = src.raw.base == dst.raw.base && soff == doff;
-    if (!in_place && overlaps(src, soff, count, dst, doff, count)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
+    const bool in_place = same_window(src, dst) && src.offset == dst.offset;
+    if (!in_place && overlaps(src, count, dst, count)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
     const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, root, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
     Status s = barrier(g, comm, part.slot, fp);
     if (s != Status::Ok) return s;
     if (comm.rank == root) {
-        const bool vec = phase(src.local_ptr(soff)) == phase(dst.local_ptr(doff));
-        const Items<T> it(part.lo, part.hi, vec, reinterpret_cast<uint64_t>(src.local_ptr(soff + part.lo)));
+        const bool vec = phase(src.local_ptr(0)) == phase(dst.local_ptr(0));
+        const Items<T> it(part.lo, part.hi, vec, reinterpret_cast<uint64_t>(src.local_ptr(part.lo)));
         run_items<T>(
             g, comm, it, false, part.slot, fp,
-            [&](uint64_t i, bool pk) { return reduce_item<T, Op>(src, soff + i, comm.nranks, pk); },
-            [&](uint64_t i, const Pack16<T>& v, bool pk) { store_item(dst.local_ptr(doff + i), v, pk); });
+            [&](uint64_t i, bool pk) { return reduce_item<T, Op>(src.window, src.offset + i, comm.nranks, pk); },
+            [&](uint64_t i, const Pack16<T>& v, bool pk) { store_item(dst.local_ptr(i), v, pk); });
     }
     return barrier(g, comm, part.slot, fp);
 }
 
 template <typename T>
-SYMCOMM_DEVICE Status scatter(Cta g, const DevComm& comm, CollScope scope, uint32_t root, WindowHandle<T> src,
-                              uint64_t soff, WindowHandle<T> dst, uint64_t doff, uint64_t count) {
+SYMCOMM_DEVICE Status scatter(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                              WindowSlice<T> dst, uint64_t count, uint32_t root) {
     using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_SCATTER;
-    if (const uint32_t why = window_check(comm, src, soff, comm.nranks, dst, doff, 1, count)) {
+    if (const uint32_t why = window_check(comm, src, comm.nranks, dst, 1, count)) {
         return refuse(g, comm, kind, why);
     }
     if (root >= comm.nranks) return refuse(g, comm, kind, SYMCOMM_REFUSED_ROOT);
-    const uint64_t sblock = soff + uint64_t(comm.rank) * count;
-    const bool in_place = src.raw.base == dst.raw.base && doff == sblock;
-    if (!in_place && overlaps(src, soff, count * comm.nranks, dst, doff, count)) {
+    const WindowSlice<T> sblock = src.at(uint64_t(comm.rank) * count);
+    const bool in_place = same_window(src, dst) && dst.offset == sblock.offset;
+    if (!in_place && overlaps(src, count * comm.nranks, dst, count)) {
         return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
     }
     const uint32_t fp = coll_fingerprint<T>(kind, 0, count, root, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
     Status s = barrier(g, comm, part.slot, fp);
     if (s != Status::Ok) return s;
-    copy_part(g, src.peer_ptr(root, sblock), dst.local_ptr(doff), part.lo, part.hi);
+    copy_part(g, sblock.peer_ptr(root, 0), dst.local_ptr(0), part.lo, part.hi);
     return barrier(g, comm, part.slot, fp);
 }
 
 template <typename T>
-SYMCOMM_DEVICE Status all_to_all(Cta g, const DevComm& comm, CollScope scope, WindowHandle<T> src, uint64_t soff,
-                                 WindowHandle<T> dst, uint64_t doff, uint64_t count) {
+SYMCOMM_DEVICE Status all_to_all(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                                 WindowSlice<T> dst, uint64_t count) {
     using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_ALL_TO_ALL;
     const uint32_t n = comm.nranks;
     const uint32_t r = comm.rank;
-    if (const uint32_t why = window_check(comm, src, soff, n, dst, doff, n, count)) return refuse(g, comm, kind, why);
-    const bool in_place = src.raw.base == dst.raw.base && soff == doff;
+    if (const uint32_t why = window_check(comm, src, n, dst, n, count)) return refuse(g, comm, kind, why);
+    const bool in_place = same_window(src, dst) && src.offset == dst.offset;
     if (in_place && g.size() < n) return refuse(g, comm, kind, SYMCOMM_REFUSED_CTA_SIZE);
-    if (!in_place && overlaps(src, soff, count * n, dst, doff, count * n)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
+    if (!in_place && overlaps(src, count * n, dst, count * n)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
     const uint32_t fp = coll_fingerprint<T>(kind, 0, count, 0, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
     Status s = barrier(g, comm, part.slot, fp);
     if (s != Status::Ok) return s;
     if (!in_place) {
         for (uint32_t p = 0; p < n; ++p) {
-            copy_part(g, src.peer_ptr(p, soff + uint64_t(r) * count), dst.local_ptr(doff + uint64_t(p) * count), part.lo,
-                      part.hi);
+            copy_part(g, src.peer_ptr(p, uint64_t(r) * count), dst.local_ptr(uint64_t(p) * count), part.lo, part.hi);
         }
         return barrier(g, comm, part.slot, fp);
     }
@@ -396,7 +404,7 @@ SYMCOMM_DEVICE Status all_to_all(Cta g, const DevComm& comm, CollScope scope, Wi
     // ours, and peer p moves item k of our block p in the same round (items are numbered k-major
     // and rounds hold whole k), so nothing is overwritten before its reader read it.
     const bool vec = (count * sizeof(T)) % 16 == 0;
-    const Items<T> it(part.lo, part.hi, vec, reinterpret_cast<uint64_t>(src.local_ptr(soff + part.lo)));
+    const Items<T> it(part.lo, part.hi, vec, reinterpret_cast<uint64_t>(src.local_ptr(part.lo)));
     const uint64_t total = it.total() * n;
     const uint32_t round = g.size() / n * n;
     for (uint64_t base = 0; base < total; base += round) {
@@ -409,11 +417,11 @@ SYMCOMM_DEVICE Status all_to_all(Cta g, const DevComm& comm, CollScope scope, Wi
         if (active) {
             p = uint32_t(c % n);
             i = it.first(c / n, is_pack);
-            v = load_item(src.peer_ptr(p, soff + uint64_t(r) * count + i), is_pack);
+            v = load_item(src.peer_ptr(p, uint64_t(r) * count + i), is_pack);
         }
         s = barrier(g, comm, part.slot, fp);
         if (s != Status::Ok) return s;
-        if (active) store_item(dst.local_ptr(doff + uint64_t(p) * count + i), v, is_pack);
+        if (active) store_item(dst.local_ptr(uint64_t(p) * count + i), v, is_pack);
     }
     // The last round's stores, for every thread of the CTA (cta_part's promise).
     g.sync();

@@ -4,10 +4,10 @@
 namespace symcomm {
 
 template <RedOp Op, typename T>
-SYMCOMM_DEVICE PackAccumulator<T, Op> reduce_pack_peers(const WindowHandle<T>& src, uint64_t index) {
+SYMCOMM_DEVICE PackAccumulator<T, Op> reduce_pack_peers(WindowSlice<T> src) {
     PackAccumulator<T, Op> acc;
-    acc.first(load_pack(src.peer_ptr(0, index)));
-    for (uint32_t p = 1; p < src.nranks(); ++p) acc.add(load_pack(src.peer_ptr(p, index)));
+    acc.first(load_pack(src.peer_ptr(0, 0)));
+    for (uint32_t p = 1; p < src.nranks(); ++p) acc.add(load_pack(src.peer_ptr(p, 0)));
     return acc;
 }
 

@@ -20,44 +20,43 @@ SYMCOMM_DEVICE void group_copy(Group g, const T* from, T* to, uint64_t count) {
     }
 }
 
-/// Why a put or get of `count` elements at element `off` of rank `peer`'s copy of `win` may not
+/// Why a put or get of the first `count` elements of slice `win` in rank `peer`'s copy may not
 /// run (a SYMCOMM_REFUSED_* code; `range`, SRC_RANGE or DST_RANGE, for a range outside it), or 0.
 template <typename T>
-SYMCOMM_DEVICE uint32_t p2p_refusal(const WindowHandle<T>& win, uint32_t peer, uint64_t off, uint64_t count,
-                                    uint32_t range) {
+SYMCOMM_DEVICE uint32_t p2p_refusal(const WindowSlice<T>& win, uint32_t peer, uint64_t count, uint32_t range) {
     if (peer >= win.nranks()) return SYMCOMM_REFUSED_PEER;
     if (!win.holds()) return SYMCOMM_REFUSED_ELEM_SIZE;
-    if (!win.fits(off, count)) return range;
+    if (!win.fits(count)) return range;
     return 0;
 }
 
 }  // namespace detail
 
 template <typename Group, typename T>
-SYMCOMM_DEVICE Status put(Group g, WindowHandle<T> dst, uint32_t peer, uint64_t doff, const T* src, uint64_t count) {
-    if (detail::p2p_refusal(dst, peer, doff, count, SYMCOMM_REFUSED_DST_RANGE) != 0) return Status::InvalidArgument;
+SYMCOMM_DEVICE Status put(Group g, const T* src, WindowSlice<T> dst, uint32_t peer, uint64_t count) {
+    if (detail::p2p_refusal(dst, peer, count, SYMCOMM_REFUSED_DST_RANGE) != 0) return Status::InvalidArgument;
     g.sync();  // the group's writes of `src` before the copy reads them (the refusal is uniform)
-    detail::group_copy(g, src, dst.peer_ptr(peer, doff), count);
+    detail::group_copy(g, src, dst.peer_ptr(peer, 0), count);
     return Status::Ok;
 }
 
 template <typename Group, typename T>
-SYMCOMM_DEVICE Status get(Group g, WindowHandle<T> src, uint32_t peer, uint64_t soff, T* dst, uint64_t count) {
-    if (detail::p2p_refusal(src, peer, soff, count, SYMCOMM_REFUSED_SRC_RANGE) != 0) return Status::InvalidArgument;
+SYMCOMM_DEVICE Status get(Group g, WindowSlice<T> src, uint32_t peer, T* dst, uint64_t count) {
+    if (detail::p2p_refusal(src, peer, count, SYMCOMM_REFUSED_SRC_RANGE) != 0) return Status::InvalidArgument;
     g.sync();  // one thread's acquire (signal wait) before any thread reads
-    detail::group_copy(g, src.peer_ptr(peer, soff), dst, count);
+    detail::group_copy(g, src.peer_ptr(peer, 0), dst, count);
     return Status::Ok;
 }
 
 template <typename Group, typename T>
-SYMCOMM_DEVICE Status put_with_signal(Group g, const DevComm& comm, WindowHandle<T> dst, uint32_t peer,
-                                      uint64_t doff, const T* src, uint64_t count, uint32_t word, uint64_t value) {
+SYMCOMM_DEVICE Status put_with_signal(Group g, const DevComm& comm, const T* src, WindowSlice<T> dst, uint32_t peer,
+                                      uint64_t count, uint32_t word, uint64_t value) {
     // Checked before the copy: a peer outside the team has no copy of `dst` to write.
     if (!detail::is_user_signal(comm, peer, word)) {
         if (g.thread_rank() == 0) detail::refuse_signal(Thread{}, comm, peer, word, SYMCOMM_OP_SIGNAL);
         return Status::InvalidArgument;
     }
-    const uint32_t why = detail::p2p_refusal(dst, peer, doff, count, SYMCOMM_REFUSED_DST_RANGE);
+    const uint32_t why = detail::p2p_refusal(dst, peer, count, SYMCOMM_REFUSED_DST_RANGE);
     if (why != 0) {
         if (g.thread_rank() == 0) {
             record_error(Thread{}, comm, Status::InvalidArgument, comm.rank, SYMCOMM_OP_PUT, (uint64_t(why) << 32) | peer);
@@ -65,7 +64,7 @@ SYMCOMM_DEVICE Status put_with_signal(Group g, const DevComm& comm, WindowHandle
         return Status::InvalidArgument;
     }
     g.sync();  // the group's writes of `src` before the copy reads them
-    detail::group_copy(g, src, dst.peer_ptr(peer, doff), count);
+    detail::group_copy(g, src, dst.peer_ptr(peer, 0), count);
     g.sync();
     if (g.thread_rank() == 0) detail::signal_store<Scope::Sys>(comm, peer, word, value);
     return Status::Ok;

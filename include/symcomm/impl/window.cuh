@@ -53,4 +53,44 @@ SYMCOMM_DEVICE bool WindowHandle<T>::fits(uint64_t index, uint64_t n, uint64_t b
     return index <= cap && n * blocks <= cap - index;
 }
 
+template <typename T>
+SYMCOMM_DEVICE WindowSlice<T> WindowHandle<T>::at(uint64_t offset) const {
+    return WindowSlice<T>{*this, offset};
+}
+
+template <typename T>
+SYMCOMM_DEVICE T* WindowSlice<T>::peer_ptr(uint32_t peer, uint64_t i) const {
+    return window.peer_ptr(peer, offset + i);
+}
+
+template <typename T>
+SYMCOMM_DEVICE T* WindowSlice<T>::local_ptr(uint64_t i) const {
+    return window.local_ptr(offset + i);
+}
+
+template <typename T>
+SYMCOMM_DEVICE WindowSlice<T> WindowSlice<T>::at(uint64_t i) const {
+    return WindowSlice{window, offset + i};
+}
+
+template <typename T>
+SYMCOMM_DEVICE uint32_t WindowSlice<T>::nranks() const {
+    return window.nranks();
+}
+
+template <typename T>
+SYMCOMM_DEVICE bool WindowSlice<T>::holds() const {
+    return window.holds();
+}
+
+template <typename T>
+SYMCOMM_DEVICE bool WindowSlice<T>::holds_dtype(uint32_t dtype) const {
+    return window.holds_dtype(dtype);
+}
+
+template <typename T>
+SYMCOMM_DEVICE bool WindowSlice<T>::fits(uint64_t n, uint64_t blocks) const {
+    return window.fits(offset, n, blocks);
+}
+
 }  // namespace symcomm
