@@ -13,8 +13,10 @@ written by rank ``writer`` is the ``uint64`` at
 C++ API's ``signal_set`` / ``signal_wait_until`` use. Users' words are ``[0, 64)``; the host
 collectives never touch them. Words only grow: a wait is for a value, e.g. an epoch.
 
-Waits are bounded: by ``max_spins`` polls (the interpreter has no clock) and by the abort flag
-(``comm.abort()`` on any rank); they return a status (:data:`STATUS_OK`, :data:`STATUS_TIMEOUT`,
+Waits are bounded, like the C++ API's: by a deadline ``timeout_ns`` after the wait began (the
+communicator's device timeout, ``comm_args``; read from ``%globaltimer`` on a GPU — in the
+interpreter, which has no clock, a poll counts as :data:`INTERPRETER_POLL_NS`) and by the abort
+flag (``comm.abort()`` on any rank); they return a status (:data:`STATUS_OK`, :data:`STATUS_TIMEOUT`,
 :data:`STATUS_ABORTED`, :data:`STATUS_MISMATCH`, :data:`STATUS_INVALID_ARGUMENT`: the C++ API's
 codes) instead of hanging. Failures are returned, not recorded in the rank's error record.
 
@@ -22,10 +24,18 @@ codes) instead of hanging. Failures are returned, not recorded in the rank's err
 fingerprints), so a Triton kernel and a C++ kernel may even meet in one.
 """
 
+import os
+
 import triton
 import triton.language as tl
 
 from . import _symcomm
+
+#: Whether kernels run in Triton's interpreter (``TRITON_INTERPRET=1`` when this module was
+#: imported), which cannot read the GPU's clock.
+INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"))
+#: What one poll counts for against a deadline in the interpreter (nanoseconds).
+INTERPRETER_POLL_NS = tl.constexpr(100_000)
 
 #: Statuses (``SYMCOMM_STATUS_*``).
 STATUS_OK = tl.constexpr(0)
@@ -45,10 +55,38 @@ USER_BARRIER_END = tl.constexpr(_symcomm.USER_BARRIER_END)
 
 
 def comm_args(comm):
-    """``(signal_base, signal_stride, signal_words, abort_flag, rank, nranks)`` of ``comm``: the
-    integers the helpers take, to splat into a kernel call."""
+    """``(signal_base, signal_stride, signal_words, abort_flag, timeout_ns, rank, nranks)`` of
+    ``comm``: the integers the helpers take, to splat into a kernel call."""
     h = comm.device_handle()
-    return (h["signal_base"], h["signal_stride"], h["signal_words"], h["abort_flag"], h["rank"], h["nranks"])
+    return (
+        h["signal_base"], h["signal_stride"], h["signal_words"], h["abort_flag"], h["timeout_ns"],
+        h["rank"], h["nranks"],
+    )
+
+
+@triton.jit
+def globaltimer():
+    """The GPU's nanosecond clock (``%globaltimer``); compiled kernels only."""
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.uint64, is_pure=False, pack=1)
+
+
+@triton.jit
+def wait_start():
+    """The start of a bounded wait, for :func:`expired`."""
+    if INTERPRETED:
+        return tl.zeros((), tl.uint64)
+    else:
+        return globaltimer()
+
+
+@triton.jit
+def expired(start, polls, timeout_ns):
+    """Whether a wait begun at ``start`` (:func:`wait_start`) that polled ``polls`` times has
+    passed its deadline ``timeout_ns``."""
+    if INTERPRETED:
+        return tl.cast(polls, tl.uint64) * INTERPRETER_POLL_NS >= tl.cast(timeout_ns, tl.uint64)
+    else:
+        return globaltimer() - start >= tl.cast(timeout_ns, tl.uint64)
 
 
 @triton.jit
@@ -82,44 +120,43 @@ def signal_set(signal_base, signal_stride, signal_words, rank, peer, word, value
 
 
 @triton.jit
-def wait_until(signal_base, signal_stride, signal_words, rank, peer, word, value, abort_flag, max_spins):
-    """Waits until this rank's word ``word`` written by ``peer`` is at least ``value``, reading
-    it with acquire at system scope (what the peer stored before its release is visible after).
-    Returns :data:`STATUS_OK`, :data:`STATUS_TIMEOUT` after ``max_spins`` polls, or
-    :data:`STATUS_ABORTED` once the abort flag is set."""
-    p = signal_ptr(signal_base, signal_stride, signal_words, rank, peer, word)
-    abort = abort_flag.to(tl.pointer_type(tl.uint32))
-    want = tl.cast(value, tl.uint64)
-    cur = tl.atomic_add(p, tl.zeros((), tl.uint64), sem="acquire", scope="sys")
-    status = 0
-    spins = 0
-    while (cur < want) & (status == 0):
-        spins += 1
-        if tl.atomic_add(abort, tl.zeros((), tl.uint32), sem="relaxed", scope="sys") != 0:
-            status = 2
-        elif spins >= max_spins:
-            status = 1
-        cur = tl.atomic_add(p, tl.zeros((), tl.uint64), sem="acquire", scope="sys")
-    return status
-
-
-@triton.jit
-def poll(p, abort_flag, max_spins):
-    """Acquire-polls the ``uint64`` at ``p`` (system scope) once more than ``max_spins`` times or
-    until the abort flag is set: ``(value, status)`` of the last read, for callers whose condition
-    is not a plain ``>=`` (the caller loops)."""
+def poll(p, abort_flag, start, polls, timeout_ns):
+    """One acquire read (system scope) of the ``uint64`` at ``p`` in a wait begun at ``start``
+    that polled ``polls`` times before: ``(value, status)``, the status :data:`STATUS_ABORTED`
+    once the abort flag is set, :data:`STATUS_TIMEOUT` past the deadline, else OK (the caller
+    loops while its condition is not met)."""
     abort = abort_flag.to(tl.pointer_type(tl.uint32))
     v = tl.atomic_add(p, tl.zeros((), tl.uint64), sem="acquire", scope="sys")
     status = 0
     if tl.atomic_add(abort, tl.zeros((), tl.uint32), sem="relaxed", scope="sys") != 0:
         status = 2
-    elif max_spins <= 0:
+    elif expired(start, polls, timeout_ns):
         status = 1
     return v, status
 
 
 @triton.jit
-def barrier(signal_base, signal_stride, signal_words, rank, nranks: tl.constexpr, index, fingerprint, abort_flag, max_spins):
+def wait_until(signal_base, signal_stride, signal_words, rank, peer, word, value, abort_flag, timeout_ns):
+    """Waits until this rank's word ``word`` written by ``peer`` is at least ``value``, reading
+    it with acquire at system scope (what the peer stored before its release is visible after).
+    Returns :data:`STATUS_OK`, :data:`STATUS_TIMEOUT` past ``timeout_ns``, or
+    :data:`STATUS_ABORTED` once the abort flag is set."""
+    p = signal_ptr(signal_base, signal_stride, signal_words, rank, peer, word)
+    want = tl.cast(value, tl.uint64)
+    start = wait_start()
+    polls = 0
+    cur = tl.atomic_add(p, tl.zeros((), tl.uint64), sem="acquire", scope="sys")
+    status = 0
+    while (cur < want) & (status == 0):
+        polls += 1
+        cur, status = poll(p, abort_flag, start, polls, timeout_ns)
+    if cur >= want:
+        status = 0
+    return status
+
+
+@triton.jit
+def barrier(signal_base, signal_stride, signal_words, rank, nranks: tl.constexpr, index, fingerprint, abort_flag, timeout_ns):
     """Barrier of this program with the same program of every rank on barrier ``index`` (users:
     ``[USER_BARRIER_FIRST, USER_BARRIER_END)``), the C++ API's protocol: this rank's next epoch
     (from its own word) and ``fingerprint`` (a ``uint32`` naming the call: sizes, a step) are
@@ -143,14 +180,17 @@ def barrier(signal_base, signal_stride, signal_words, rank, nranks: tl.constexpr
             tl.atomic_xchg(signal_ptr(signal_base, signal_stride, signal_words, p, rank, word), mine, sem="release", scope="sys")
         for p in range(nranks):
             w = signal_ptr(signal_base, signal_stride, signal_words, rank, p, word)
-            spins = max_spins
-            seen, s = poll(w, abort_flag, spins)
+            start = wait_start()
+            polls = 0
+            seen, s = poll(w, abort_flag, start, polls, timeout_ns)
             # Reached: the peer's epoch is ours or later (wrap-safe, as in C++).
             ahead = tl.cast(((seen >> 32) - epoch) & low, tl.uint32).to(tl.int32, bitcast=True)
             while (ahead < 0) & (s == 0):
-                spins -= 1
-                seen, s = poll(w, abort_flag, spins)
+                polls += 1
+                seen, s = poll(w, abort_flag, start, polls, timeout_ns)
                 ahead = tl.cast(((seen >> 32) - epoch) & low, tl.uint32).to(tl.int32, bitcast=True)
+            if ahead >= 0:
+                s = 0  # reached on the last read, even if the deadline passed meanwhile
             if (s == 0) & (ahead == 0) & ((seen & low) != fp):
                 s = 3
             status = tl.maximum(status, s)
@@ -172,7 +212,7 @@ def all_reduce_tile(src_base, src_stride, offs, mask, nranks: tl.constexpr, dtyp
 def all_reduce_one_shot_kernel(
     src_base, src_stride, dst_base, dst_stride, n,
     signal_base, signal_stride, signal_words, abort_flag, rank,
-    first_index, max_spins, status_ptr,
+    first_index, timeout_ns, status_ptr,
     nranks: tl.constexpr, BLOCK: tl.constexpr,
 ):
     """One-shot sum all-reduce of ``n`` float32 from window ``src`` into window ``dst`` (peers in
@@ -183,11 +223,11 @@ def all_reduce_one_shot_kernel(
     pid = tl.program_id(0)
     index = first_index + pid
     fp = n
-    status = barrier(signal_base, signal_stride, signal_words, rank, nranks, index, fp, abort_flag, max_spins)
+    status = barrier(signal_base, signal_stride, signal_words, rank, nranks, index, fp, abort_flag, timeout_ns)
     offs = pid * BLOCK + tl.arange(0, BLOCK)
     mask = (offs < n) & (status == 0)
     acc = all_reduce_tile(src_base, src_stride, offs, mask, nranks, tl.float32)
     tl.store(peer_ptr(dst_base, dst_stride, rank, tl.float32) + offs, acc, mask=mask)
     if status == 0:
-        status = barrier(signal_base, signal_stride, signal_words, rank, nranks, index, fp, abort_flag, max_spins)
+        status = barrier(signal_base, signal_stride, signal_words, rank, nranks, index, fp, abort_flag, timeout_ns)
     tl.store(status_ptr.to(tl.pointer_type(tl.int32)) + pid, status)

@@ -27,7 +27,7 @@ from .triton import barrier, peer_ptr, signal_add, signal_set, wait_until
 def all_reduce_add_rmsnorm_kernel(
     x_base, x_stride, residual_ptr, weight_ptr, out_ptr, rows, eps,
     signal_base, signal_stride, signal_words, abort_flag, rank,
-    first_index, max_spins, status_ptr,
+    first_index, timeout_ns, status_ptr,
     nranks: tl.constexpr, H: tl.constexpr,
 ):
     """For each row i of ``rows`` rows of ``H`` float32: ``r = sum over ranks of x[i] +
@@ -39,7 +39,7 @@ def all_reduce_add_rmsnorm_kernel(
     pid = tl.program_id(0)
     progs = tl.num_programs(0)
     index = first_index + pid
-    status = barrier(signal_base, signal_stride, signal_words, rank, nranks, index, rows, abort_flag, max_spins)
+    status = barrier(signal_base, signal_stride, signal_words, rank, nranks, index, rows, abort_flag, timeout_ns)
     cols = tl.arange(0, H)
     res = residual_ptr.to(tl.pointer_type(tl.float32))
     out = out_ptr.to(tl.pointer_type(tl.float32))
@@ -53,7 +53,7 @@ def all_reduce_add_rmsnorm_kernel(
             tl.store(res + row * H + cols, r)
             ms = tl.sum(r * r, axis=0) / H
             tl.store(out + row * H + cols, r * tl.rsqrt(ms + eps) * w)
-        status = barrier(signal_base, signal_stride, signal_words, rank, nranks, index, rows, abort_flag, max_spins)
+        status = barrier(signal_base, signal_stride, signal_words, rank, nranks, index, rows, abort_flag, timeout_ns)
     tl.store(status_ptr.to(tl.pointer_type(tl.int32)) + pid, status)
 
 
@@ -61,7 +61,7 @@ def all_reduce_add_rmsnorm_kernel(
 def all_gather_matmul_kernel(
     a_base, a_stride, b_ptr, c_ptr, m_local,
     signal_base, signal_stride, signal_words, abort_flag, rank,
-    word, call, max_spins, status_ptr,
+    word, call, timeout_ns, status_ptr,
     nranks: tl.constexpr, K: tl.constexpr, N: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
 ):
@@ -77,7 +77,7 @@ def all_gather_matmul_kernel(
     for p in range(nranks):
         signal_set(signal_base, signal_stride, signal_words, rank, p, word, call)
     owner = (pm * BM) // m_local
-    status = wait_until(signal_base, signal_stride, signal_words, rank, owner, word, call, abort_flag, max_spins)
+    status = wait_until(signal_base, signal_stride, signal_words, rank, owner, word, call, abort_flag, timeout_ns)
     rows = (pm * BM - owner * m_local) + tl.arange(0, BM)
     cols = pn * BN + tl.arange(0, BN)
     ks = tl.arange(0, BK)
@@ -98,7 +98,7 @@ def all_gather_matmul_kernel(
 def matmul_reduce_scatter_kernel(
     a_ptr, b_ptr, partial_base, partial_stride, out_base, out_stride, m_local,
     signal_base, signal_stride, signal_words, abort_flag, rank,
-    word, call, max_spins, status_ptr,
+    word, call, timeout_ns, status_ptr,
     nranks: tl.constexpr, K: tl.constexpr, N: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
 ):
@@ -132,7 +132,7 @@ def matmul_reduce_scatter_kernel(
         per_call = (m_local // BM) * tl.num_programs(1)
         for p in range(nranks):
             if p != rank:
-                s = wait_until(signal_base, signal_stride, signal_words, rank, p, word, call * per_call, abort_flag, max_spins)
+                s = wait_until(signal_base, signal_stride, signal_words, rank, p, word, call * per_call, abort_flag, timeout_ns)
                 status = tl.maximum(status, s)
         if status == 0:
             total = tl.zeros((BM, BN), tl.float32)

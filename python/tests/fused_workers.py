@@ -13,7 +13,6 @@ import symcomm  # noqa: E402
 from symcomm import triton as st  # noqa: E402
 from symcomm import triton_fused as fused  # noqa: E402
 
-SPINS = 1 << 24
 
 
 def ints(shape, seed):
@@ -36,10 +35,10 @@ def rmsnorm(rows, h):
     out = np.zeros((rows, h), dtype=np.float32)
     grid = min(rows, 8)
     status = np.full(grid, -1, dtype=np.int32)
-    sb, ss, sw, ab, _, _ = st.comm_args(comm)
+    sb, ss, sw, ab, timeout, _, _ = st.comm_args(comm)
     fused.all_reduce_add_rmsnorm_kernel[(grid,)](
         x.handle[0], x.handle[1], residual.ctypes.data, weight.ctypes.data, out.ctypes.data, rows, 1e-6,
-        sb, ss, sw, ab, r, st.USER_BARRIER_FIRST.value, SPINS, status.ctypes.data, nranks=n, H=h,
+        sb, ss, sw, ab, r, st.USER_BARRIER_FIRST.value, timeout, status.ctypes.data, nranks=n, H=h,
     )
     wrong = int((residual != ref_res).sum())  # the residual stream: bit for bit
     rel = float(np.max(np.abs(out - ref_out) / np.maximum(np.abs(ref_out), 1e-30)))
@@ -63,10 +62,10 @@ def all_gather_matmul(m_local, k, nn):
     bm = bn = bk = 16
     grid = (n * m_local // bm, nn // bn)
     status = np.full(grid[0] * grid[1], -1, dtype=np.int32)
-    sb, ss, sw, ab, _, _ = st.comm_args(comm)
+    sb, ss, sw, ab, timeout, _, _ = st.comm_args(comm)
     fused.all_gather_matmul_kernel[grid](
         a.handle[0], a.handle[1], b.ctypes.data, c.ctypes.data, m_local,
-        sb, ss, sw, ab, r, 0, 1, SPINS, status.ctypes.data,
+        sb, ss, sw, ab, r, 0, 1, timeout, status.ctypes.data,
         nranks=n, K=k, N=nn, BM=bm, BN=bn, BK=bk,
     )
     comm.barrier()  # the shards stay until every rank read them
@@ -89,10 +88,10 @@ def matmul_reduce_scatter(m_local, k, nn):
     bm = bn = bk = 16
     grid = (m // bm, nn // bn)
     status = np.full(grid[0] * grid[1], -1, dtype=np.int32)
-    sb, ss, sw, ab, _, _ = st.comm_args(comm)
+    sb, ss, sw, ab, timeout, _, _ = st.comm_args(comm)
     fused.matmul_reduce_scatter_kernel[grid](
         a.ctypes.data, b.ctypes.data, partial.handle[0], partial.handle[1], out.handle[0], out.handle[1], m_local,
-        sb, ss, sw, ab, r, 1, 1, SPINS, status.ctypes.data,
+        sb, ss, sw, ab, r, 1, 1, timeout, status.ctypes.data,
         nranks=n, K=k, N=nn, BM=bm, BN=bn, BK=bk,
     )
     comm.barrier()  # the partial tiles stay until every owner summed them

@@ -117,7 +117,7 @@ def rank_main(device, count):
     comm.all_gather(x, y)
     wrong += int((host(y) != np.repeat(np.arange(n, dtype=np.int32), 1000)).sum())
     # The Triton one-shot all-reduce on the same windows.
-    signal_base, signal_stride, signal_words, abort_flag, _, _ = st.comm_args(comm)
+    signal_base, signal_stride, signal_words, abort_flag, timeout, _, _ = st.comm_args(comm)
     block = 4096 if gpu else 256
     # One users' barrier index per program (59 of them).
     tcount = min(count, 32 * block)
@@ -136,7 +136,7 @@ def rank_main(device, count):
         st.all_reduce_one_shot_kernel[(grid,)](
             src.handle[0], src.handle[1], dst.handle[0], dst.handle[1], tcount,
             signal_base, signal_stride, signal_words, abort_flag, r,
-            st.USER_BARRIER_FIRST.value, 1 << 26, status_ptr, nranks=n, BLOCK=block,
+            st.USER_BARRIER_FIRST.value, timeout, status_ptr, nranks=n, BLOCK=block,
         )
         sync()
         t_us += (time.perf_counter() - t0) * 1e6

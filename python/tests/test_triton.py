@@ -13,7 +13,7 @@ from symcomm import triton as st
 SIGNATURE = {
     "src_base": "i64", "src_stride": "i64", "dst_base": "i64", "dst_stride": "i64", "n": "i32",
     "signal_base": "i64", "signal_stride": "i64", "signal_words": "i32", "abort_flag": "i64",
-    "rank": "i32", "first_index": "i32", "max_spins": "i32", "status_ptr": "i64",
+    "rank": "i32", "first_index": "i32", "timeout_ns": "i64", "status_ptr": "i64",
     "nranks": "constexpr", "BLOCK": "constexpr",
 }
 
@@ -42,6 +42,7 @@ def ordering_problems(ptx, nranks):
 def test_compiles_for_sm90_with_release_arrivals_and_acquire_polls():
     ptx = ptx_of(st.all_reduce_one_shot_kernel)
     assert ".target sm_90" in ptx
+    assert "%globaltimer" in ptx, "the waits' deadline reads no clock"
     assert ordering_problems(ptx, 4) == []
 
 
@@ -76,7 +77,7 @@ def test_mismatched_calls_fail_on_every_rank():
 
 
 def test_a_missing_peer_times_out_instead_of_hanging():
-    runs = launch(2, "missing_peer", 300, script="triton_workers.py")
+    runs = launch(2, "missing_peer", 30_000_000, script="triton_workers.py")
     assert runs[0].returncode == 0 and "status=1" in runs[0].stdout, runs[0].stdout + runs[0].stderr[-2000:]
     assert runs[1].returncode == 0, runs[1].stderr[-2000:]
 

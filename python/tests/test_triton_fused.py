@@ -46,15 +46,15 @@ def test_fused_kernels_compile_for_sm90_with_their_ordering():
     cases = [
         (fused.all_reduce_add_rmsnorm_kernel,
          {"x_base": "i64", "x_stride": "i64", "residual_ptr": "i64", "weight_ptr": "i64", "out_ptr": "i64",
-          "rows": "i32", "eps": "fp32", **COMM, "first_index": "i32", "max_spins": "i32", "status_ptr": "i64"},
+          "rows": "i32", "eps": "fp32", **COMM, "first_index": "i32", "timeout_ns": "i64", "status_ptr": "i64"},
          {"nranks": 4, "H": 1024}, "atom.global.sys.release.exch.b64"),
         (fused.all_gather_matmul_kernel,
          {"a_base": "i64", "a_stride": "i64", "b_ptr": "i64", "c_ptr": "i64", "m_local": "i32", **COMM,
-          "word": "i32", "call": "i64", "max_spins": "i32", "status_ptr": "i64"},
+          "word": "i32", "call": "i64", "timeout_ns": "i64", "status_ptr": "i64"},
          tiles, "atom.global.sys.release.exch.b64"),
         (fused.matmul_reduce_scatter_kernel,
          {"a_ptr": "i64", "b_ptr": "i64", "partial_base": "i64", "partial_stride": "i64", "out_base": "i64",
-          "out_stride": "i64", "m_local": "i32", **COMM, "word": "i32", "call": "i64", "max_spins": "i32",
+          "out_stride": "i64", "m_local": "i32", **COMM, "word": "i32", "call": "i64", "timeout_ns": "i64",
           "status_ptr": "i64"},
          tiles, "atom.global.sys.release.add.u64"),
     ]

@@ -16,15 +16,15 @@ from symcomm import triton as st  # noqa: E402
 BLOCK = 128
 
 
-def run_kernel(comm, src, dst, count, max_spins=1 << 24):
+def run_kernel(comm, src, dst, count, timeout_ns=None):
     """One call of the one-shot kernel on windows ``src`` -> ``dst``; the programs' statuses."""
-    signal_base, signal_stride, signal_words, abort_flag, r, n = st.comm_args(comm)
+    signal_base, signal_stride, signal_words, abort_flag, timeout, r, n = st.comm_args(comm)
     grid = (count + BLOCK - 1) // BLOCK
     status = np.full(grid, -1, dtype=np.int32)
     st.all_reduce_one_shot_kernel[(grid,)](
         src.handle[0], src.handle[1], dst.handle[0], dst.handle[1], count,
         signal_base, signal_stride, signal_words, abort_flag, r,
-        st.USER_BARRIER_FIRST.value, max_spins, status.ctypes.data, nranks=n, BLOCK=BLOCK,
+        st.USER_BARRIER_FIRST.value, timeout if timeout_ns is None else timeout_ns, status.ctypes.data, nranks=n, BLOCK=BLOCK,
     )
     return status.tolist()
 
@@ -46,14 +46,15 @@ def all_reduce(count, calls):
     return 0 if wrong == 0 and not bad else 7
 
 
-def missing_peer(max_spins):
-    """Rank 1 never calls: rank 0's waits end with STATUS_TIMEOUT, bounded."""
+def missing_peer(timeout_ns):
+    """Rank 1 never calls: rank 0's waits end with STATUS_TIMEOUT at the deadline (in the
+    interpreter: a poll counts as INTERPRETER_POLL_NS)."""
     comm = symcomm.Communicator.from_env()
     src = comm.alloc_window(BLOCK, "float32")
     status = [0]
     if comm.rank == 0:
         start = time.monotonic()
-        status = run_kernel(comm, src, src, BLOCK, max_spins)
+        status = run_kernel(comm, src, src, BLOCK, timeout_ns)
         print(f"OK rank 0 status={status[0]} after {time.monotonic() - start:.2f} s")
     comm.barrier()
     return 0 if comm.rank != 0 or status == [1] else 1
@@ -64,7 +65,7 @@ def mismatch():
     every rank gets STATUS_MISMATCH instead of a wrong result."""
     comm = symcomm.Communicator.from_env()
     src = comm.alloc_window(BLOCK, "float32")
-    status = run_kernel(comm, src, src, BLOCK - comm.rank, max_spins=1 << 20)
+    status = run_kernel(comm, src, src, BLOCK - comm.rank)
     print(f"OK rank {comm.rank} status={status[0]}")
     return 0 if status == [3] else 1
 
