@@ -28,6 +28,7 @@ mod validate;
 use lanes::Lane;
 pub use p2p::P2pGroup;
 pub use staging::DEFAULT_STAGING_BYTES;
+#[cfg(feature = "testing")]
 pub(crate) use staging::parse_staging_bytes;
 pub(super) use staging::staging_bytes_from_env;
 pub use types::{BufferRef, DataType, RedOp};

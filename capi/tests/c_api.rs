@@ -1,0 +1,141 @@
+//! The C API from C: programs in `tests/c/` compiled with the system C compiler (`cc`, or `CC`)
+//! against `include/nccl.h`, linked to the library this package builds (see [`library`]), and
+//! run on the emulator with ranks as processes and as threads. Each program checks bit-exact
+//! values and exits non-zero on any failed check; every run is bounded.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The built library. The package's lib target is also an rlib, so cargo builds it (both crate
+/// types) before this test, into this test's own `deps/` directory; `cargo build` copies it up to
+/// `target/<profile>/`.
+fn library() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    let lib = deps.join("libsymcomm_nccl.so");
+    assert!(
+        lib.is_file(),
+        "{} is missing: cargo builds it before this package's tests (cargo test -p \
+         symcomm-nccl); build it with `cargo build -p symcomm-nccl`",
+        lib.display()
+    );
+    lib
+}
+
+/// A directory where the library is `libnccl.so.2` (its SONAME) and `libnccl.so` (for `-lnccl`).
+fn nccl_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("capi-lib");
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in ["libnccl.so.2", "libnccl.so"] {
+        let link = dir.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(library(), &link).unwrap();
+    }
+    dir
+}
+
+/// Compiles `tests/c/<name>.c` (once per test process) and returns the executable.
+fn program(name: &'static str) -> PathBuf {
+    static BUILT: OnceLock<std::sync::Mutex<Vec<(&'static str, PathBuf)>>> = OnceLock::new();
+    let built = BUILT.get_or_init(Default::default);
+    let mut built = built.lock().unwrap();
+    if let Some((_, p)) = built.iter().find(|(n, _)| *n == name) {
+        return p.clone();
+    }
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lib = nccl_dir();
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("capi-{name}"));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let mut cmd = Command::new(&cc);
+    cmd.args(["-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-pthread"])
+        .arg("-I")
+        .arg(here.join("include"))
+        .arg(here.join("tests/c").join(format!("{name}.c")))
+        .arg("-o")
+        .arg(&out);
+    if name == "dlopen" {
+        cmd.arg("-ldl");
+    } else {
+        cmd.arg(format!("-L{}", lib.display()))
+            .arg("-lnccl")
+            .arg(format!("-Wl,-rpath,{}", lib.display()));
+    }
+    let status = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("running the C compiler `{cc}`: {e}"));
+    assert!(status.success(), "compiling tests/c/{name}.c failed");
+    built.push((name, out.clone()));
+    out
+}
+
+/// Runs `program args` on the emulator, bounded; panics with its output unless it passes.
+fn run(name: &'static str, args: &[&str]) {
+    let exe = program(name);
+    let start = Instant::now();
+    let mut child = Command::new(&exe)
+        .args(args)
+        .env("SYMCOMM_DEVICE", "emu")
+        .env("SYMCOMM_INIT_TIMEOUT", "30s")
+        .env("SYMCOMM_TIMEOUT", "30s")
+        .env_remove("NCCL_COMM_ID")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let limit = Duration::from_secs(90);
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!(
+        "{name} {}: {:.2} s, {}",
+        args.join(" "),
+        start.elapsed().as_secs_f64(),
+        stdout.trim()
+    );
+    assert!(
+        out.status.success() && stdout.contains("PASS"),
+        "{name} {args:?} failed ({:?}, {:.1} s)\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status,
+        start.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn collectives_with_ranks_as_processes() {
+    run("collectives", &["procs", "3"]);
+}
+
+#[test]
+fn collectives_with_ranks_as_threads() {
+    run("collectives", &["threads", "4"]);
+}
+
+#[test]
+fn one_thread_drives_every_rank_through_groups() {
+    run("collectives", &["single", "3"]);
+}
+
+#[test]
+fn bad_arguments_return_their_codes_and_the_communicator_goes_on() {
+    run("collectives", &["errors", "2"]);
+}
+
+#[test]
+fn dlopen_resolves_every_name_pytorch_links() {
+    let lib = library();
+    run("dlopen", &[lib.to_str().unwrap()]);
+}
