@@ -134,6 +134,34 @@ fn bad_arguments_return_their_codes_and_the_communicator_goes_on() {
     run("collectives", &["errors", "2"]);
 }
 
+/// The header compiles as C++ too (its declarations in `extern "C"`), with every warning an error.
+#[test]
+fn the_header_compiles_as_cpp() {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let source = Path::new(env!("CARGO_TARGET_TMPDIR")).join("capi-header.cpp");
+    std::fs::write(
+        &source,
+        "#include <nccl.h>\nstatic_assert(sizeof(ncclUniqueId) == 128, \"id\");\n\
+         int main() { ncclComm_t c = nullptr; int n = 0; return ncclCommCount(c, &n) == ncclSuccess; }\n",
+    )
+    .unwrap();
+    let status = Command::new(&cxx)
+        .args([
+            "-std=c++17",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-fsyntax-only",
+            "-I",
+        ])
+        .arg(here.join("include"))
+        .arg(&source)
+        .status()
+        .unwrap_or_else(|e| panic!("running the C++ compiler `{cxx}`: {e}"));
+    assert!(status.success(), "include/nccl.h does not compile as C++");
+}
+
 #[test]
 fn dlopen_resolves_every_name_pytorch_links() {
     let lib = library();

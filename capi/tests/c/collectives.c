@@ -12,12 +12,26 @@
 #define _GNU_SOURCE
 #include <nccl.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+/* NCCL's layouts, as programs built against NVIDIA's header expect them (LP64). */
+_Static_assert(sizeof(ncclUniqueId) == 128, "ncclUniqueId is 128 bytes");
+_Static_assert(offsetof(ncclConfig_t, magic) == 8, "config magic");
+_Static_assert(offsetof(ncclConfig_t, version) == 12, "config version");
+_Static_assert(offsetof(ncclConfig_t, blocking) == 16, "config blocking");
+_Static_assert(offsetof(ncclConfig_t, netName) == 32, "config netName");
+_Static_assert(offsetof(ncclConfig_t, splitShare) == 40, "config splitShare");
+_Static_assert(sizeof(ncclConfig_t) == 48, "2.21's ncclConfig_t");
+_Static_assert(sizeof(ncclResult_t) == sizeof(int) && sizeof(ncclDataType_t) == sizeof(int) &&
+                   sizeof(ncclRedOp_t) == sizeof(int),
+               "the enums are ints");
+_Static_assert(NCCL_VERSION_CODE == NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), "version");
 
 #define COUNT 1031 /* elements per rank: not a multiple of any vector width */
 #define MAX_RANKS 8
@@ -289,6 +303,32 @@ static int drive_all(ncclComm_t* comms, int n, const char* how) {
   return failures;
 }
 
+/* Rank 0 aborts: the call returns at once, its handle is gone, and every other rank's
+ * ncclCommGetAsyncError reports ncclRemoteError within a bounded time. */
+static int abort_one(int n) {
+  int failures = 0, rank = -1;
+  ncclComm_t comms[MAX_RANKS];
+  if (n < 2) return 0;
+  CALL(rank, ncclCommInitAll(comms, n, NULL));
+  CALL(0, ncclCommAbort(comms[0]));
+  int count = 0;
+  BAD(0, ncclInvalidArgument, ncclCommCount(comms[0], &count));
+  for (int r = 1; r < n; r++) {
+    ncclResult_t async = ncclSuccess;
+    for (int tries = 0; tries < 1000 && async == ncclSuccess; tries++) {
+      CALL(r, ncclCommGetAsyncError(comms[r], &async));
+      if (async == ncclSuccess) usleep(10000);
+    }
+    if (async != ncclRemoteError)
+      FAIL(r, "after rank 0 aborted: async error %d, expected ncclRemoteError (%d)", async,
+           ncclRemoteError);
+    else if (!strstr(ncclGetLastError(NULL), "rank 0"))
+      FAIL(r, "the async error does not name rank 0: %s", ncclGetLastError(NULL));
+    CALL(r, ncclCommDestroy(comms[r]));
+  }
+  return failures;
+}
+
 static int single_thread(void) {
   int failures = 0, rank = -1;
   ncclComm_t comms[MAX_RANKS];
@@ -298,6 +338,7 @@ static int single_thread(void) {
   failures += drive_all(comms, nranks, "grouped all-reduce (ranks made in a group)");
   CALL(rank, ncclCommInitAll(comms, nranks, NULL));
   failures += drive_all(comms, nranks, "grouped all-reduce (ncclCommInitAll)");
+  failures += abort_one(nranks);
   return failures;
 }
 
