@@ -153,6 +153,20 @@ static int run_rank(ncclComm_t comm) {
   CALL(rank, ncclGroupEnd());
   EXPECT(rank, "send/recv ring", C, fr[i], (float)(prev * 10 + i));
 
+  /* nested groups mixing a collective and send/recv on one communicator: nothing runs before
+   * the outermost ncclGroupEnd (on the emulator the results are in place right after it) */
+  for (long i = 0; i < C; i++) is[i] = rank + (int32_t)i, ir[i] = -1, fr[i] = -1;
+  CALL(rank, ncclGroupStart());
+  CALL(rank, ncclGroupStart());
+  CALL(rank, ncclRecv(fr, C, ncclFloat, next, comm, NULL));
+  CALL(rank, ncclAllReduce(is, ir, C, ncclInt32, ncclSum, comm, NULL));
+  CALL(rank, ncclSend(fs, C, ncclFloat, prev, comm, NULL));
+  CALL(rank, ncclGroupEnd());
+  EXPECT(rank, "nested group: nothing ran at the inner end", C, ir[i] + (int32_t)fr[i], -2);
+  CALL(rank, ncclGroupEnd());
+  EXPECT(rank, "nested group: all-reduce", C, ir[i], (int32_t)(n * (n - 1) / 2 + n * i));
+  EXPECT(rank, "nested group: reverse ring", C, fr[i], (float)(next * 10 + i));
+
   ncclResult_t async = ncclInternalError;
   CALL(rank, ncclCommGetAsyncError(comm, &async));
   if (async != ncclSuccess) FAIL(rank, "async error %d: %s", (int)async, ncclGetLastError(comm));
