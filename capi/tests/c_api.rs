@@ -38,6 +38,22 @@ fn nccl_dir() -> PathBuf {
     dir
 }
 
+/// A directory holding `libnccl.so.2` built from `tests/c/standin.c` (SONAME `libnccl.so.2`).
+fn standin() -> PathBuf {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("capi-standin");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = Command::new(&cc)
+        .args(["-shared", "-fPIC", "-Wl,-soname,libnccl.so.2", "-o"])
+        .arg(dir.join("libnccl.so.2"))
+        .arg(here.join("tests/c/standin.c"))
+        .status()
+        .unwrap_or_else(|e| panic!("running the C compiler `{cc}`: {e}"));
+    assert!(status.success(), "compiling tests/c/standin.c failed");
+    dir
+}
+
 /// Compiles `tests/c/<name>.c` (once per test process) and returns the executable.
 fn program(name: &'static str) -> PathBuf {
     static BUILT: OnceLock<std::sync::Mutex<Vec<(&'static str, PathBuf)>>> = OnceLock::new();
@@ -59,6 +75,11 @@ fn program(name: &'static str) -> PathBuf {
         .arg(&out);
     if name == "dlopen" {
         cmd.arg("-ldl");
+    } else if name == "preload" {
+        // Linked against this library, but at run time its RPATH finds the stand-in first.
+        cmd.arg(format!("-L{}", lib.display()))
+            .arg("-lnccl")
+            .arg(format!("-Wl,-rpath,{}", standin().display()));
     } else {
         cmd.arg(format!("-L{}", lib.display()))
             .arg("-lnccl")
@@ -74,10 +95,17 @@ fn program(name: &'static str) -> PathBuf {
 
 /// Runs `program args` on the emulator, bounded; panics with its output unless it passes.
 fn run(name: &'static str, args: &[&str]) {
+    assert_runs(name, args, &[], true);
+}
+
+/// Runs `program args` on the emulator with `env` added, bounded; panics with its output unless
+/// it passes (`pass`) or unless it fails (`!pass`).
+fn assert_runs(name: &'static str, args: &[&str], env: &[(&str, &Path)], pass: bool) {
     let exe = program(name);
     let start = Instant::now();
     let mut child = Command::new(&exe)
         .args(args)
+        .envs(env.iter().map(|&(k, v)| (k, v)))
         .env("SYMCOMM_DEVICE", "emu")
         .env("SYMCOMM_INIT_TIMEOUT", "30s")
         .env("SYMCOMM_TIMEOUT", "30s")
@@ -106,9 +134,15 @@ fn run(name: &'static str, args: &[&str]) {
         start.elapsed().as_secs_f64(),
         stdout.trim()
     );
+    let passed = out.status.success() && stdout.contains("PASS");
     assert!(
-        out.status.success() && stdout.contains("PASS"),
-        "{name} {args:?} failed ({:?}, {:.1} s)\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        passed == pass,
+        "{name} {args:?} {} ({:?}, {:.1} s)\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        if pass {
+            "failed"
+        } else {
+            "passed where it must fail"
+        },
         out.status,
         start.elapsed().as_secs_f64()
     );
@@ -166,4 +200,13 @@ fn the_header_compiles_as_cpp() {
 fn dlopen_resolves_every_name_pytorch_links() {
     let lib = library();
     run("dlopen", &[lib.to_str().unwrap()]);
+}
+
+/// `LD_PRELOAD` of the library replaces another `libnccl.so.2` entirely (its SONAME is
+/// NCCL's), where without it the program runs on the stand-in and fails.
+#[test]
+fn ld_preload_replaces_another_libnccl() {
+    assert_runs("preload", &[], &[], false);
+    let lib = library();
+    assert_runs("preload", &[], &[("LD_PRELOAD", &lib)], true);
 }
