@@ -100,16 +100,17 @@ fn run(name: &'static str, args: &[&str]) {
 
 /// Runs `program args` on the emulator with `env` added, bounded; panics with its output unless
 /// it passes (`pass`) or unless it fails (`!pass`).
-fn assert_runs(name: &'static str, args: &[&str], env: &[(&str, &Path)], pass: bool) {
+fn assert_runs(name: &'static str, args: &[&str], env: &[(&str, &str)], pass: bool) {
     let exe = program(name);
     let start = Instant::now();
     let mut child = Command::new(&exe)
         .args(args)
-        .envs(env.iter().map(|&(k, v)| (k, v)))
         .env("SYMCOMM_DEVICE", "emu")
         .env("SYMCOMM_INIT_TIMEOUT", "30s")
         .env("SYMCOMM_TIMEOUT", "30s")
         .env_remove("NCCL_COMM_ID")
+        .env_remove("SYMCOMM_SECRET")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -156,6 +157,25 @@ fn collectives_with_ranks_as_processes() {
 #[test]
 fn collectives_with_ranks_as_threads() {
     run("collectives", &["threads", "4"]);
+}
+
+/// With `NCCL_COMM_ID` and `SYMCOMM_SECRET` every process makes the same id itself (nothing is
+/// handed from rank 0 to the others).
+#[test]
+fn nccl_comm_id_gives_every_process_the_same_id() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let secret = "5ca1ab1e".repeat(4);
+    assert_runs(
+        "collectives",
+        &["commid", "3"],
+        &[("NCCL_COMM_ID", &addr), ("SYMCOMM_SECRET", &secret)],
+        true,
+    );
 }
 
 #[test]
@@ -208,5 +228,10 @@ fn dlopen_resolves_every_name_pytorch_links() {
 fn ld_preload_replaces_another_libnccl() {
     assert_runs("preload", &[], &[], false);
     let lib = library();
-    assert_runs("preload", &[], &[("LD_PRELOAD", &lib)], true);
+    assert_runs(
+        "preload",
+        &[],
+        &[("LD_PRELOAD", lib.to_str().unwrap())],
+        true,
+    );
 }

@@ -6,6 +6,7 @@
  *   collectives threads N  N ranks as pthreads (ncclCommInitRank)
  *   collectives single N   one thread drives N ranks: init in a group, grouped all-reduce and
  *                          send/recv ring over every rank; then ncclCommInitAll likewise
+ *   collectives commid N   as procs, but each process makes the id itself (NCCL_COMM_ID set)
  *   collectives errors N   bad arguments on N ranks as threads: each returns its documented
  *                          code, ncclGetLastError says why, the next call works
  */
@@ -238,9 +239,11 @@ static int run_errors(ncclComm_t comm) {
 
 static int nranks;
 static int (*body)(ncclComm_t);
+static int own_id; /* each rank makes the id itself (NCCL_COMM_ID) */
 
 static int one_rank(int rank) {
   int failures = 0;
+  if (own_id) CALL(rank, ncclGetUniqueId(&the_id));
   ncclComm_t comm = NULL;
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 1;
@@ -359,7 +362,8 @@ static int single_thread(void) {
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IONBF, 0);
   if (argc != 3 || (nranks = atoi(argv[2])) < 1 || nranks > MAX_RANKS) {
-    fprintf(stderr, "usage: %s procs|threads|single|errors <ranks 1..%d>\n", argv[0], MAX_RANKS);
+    fprintf(stderr, "usage: %s procs|commid|threads|single|errors <ranks 1..%d>\n", argv[0],
+            MAX_RANKS);
     return 2;
   }
   if (ncclGetUniqueId(&the_id) != ncclSuccess) {
@@ -370,6 +374,7 @@ int main(int argc, char** argv) {
   int failures;
   body = run_rank;
   if (!strcmp(mode, "procs")) failures = as_processes();
+  else if (!strcmp(mode, "commid")) own_id = 1, failures = as_processes();
   else if (!strcmp(mode, "threads")) failures = as_threads();
   else if (!strcmp(mode, "single")) failures = single_thread();
   else if (!strcmp(mode, "errors")) body = run_errors, failures = as_threads();
