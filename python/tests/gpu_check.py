@@ -3,9 +3,10 @@
 
 For 2 and 4 ranks as processes on one device: windows viewed through DLPack (``torch.from_dlpack``
 on the GPU, ``numpy.from_dlpack`` on the emulator), the host all-reduce on a window and an
-all-gather of ordinary tensors / arrays, and ``symcomm.triton``'s one-shot all-reduce kernel
-(compiled for the GPU; on the emulator in Triton's interpreter), all checked bit for bit, with
-the time per call of the Triton kernel and of the host all-reduce on the same window. Prints one
+all-gather of ordinary tensors / arrays, ``symcomm.triton``'s one-shot all-reduce kernel and
+``symcomm.triton_fused``'s three fused kernels against their unfused references (compiled for
+the GPU; on the emulator in Triton's interpreter), all checked bit for bit (the RMSNorm output
+within a few ulps), with the time per call of each kernel and of the host collective. Prints one
 ``PASS`` / ``FAIL`` line per rank count and exits non-zero on any failure.
 
     python gpu_check.py [--device cuda:0|emu]
@@ -77,6 +78,12 @@ def rank_main(device, count):
 
         def zeros(n, dtype):
             return torch.zeros(n, dtype=getattr(torch, dtype), device="cuda")
+
+        def dev(a):
+            return torch.from_numpy(np.ascontiguousarray(a)).cuda()
+
+        def addr(t):
+            return t.data_ptr()
     else:
         view = np.from_dlpack
 
@@ -88,6 +95,12 @@ def rank_main(device, count):
 
         def zeros(n, dtype):
             return np.zeros(n, dtype=dtype)
+
+        def dev(a):
+            return np.array(a, dtype=a.dtype, order="C", copy=True)  # a copy, as on the GPU
+
+        def addr(t):
+            return t.ctypes.data
 
     comm = symcomm.Communicator.from_env()
     n, r = comm.nranks, comm.rank
@@ -144,9 +157,107 @@ def rank_main(device, count):
     got = host(d)[:tcount]
     twrong = int((got != want[:tcount]).sum())
     bad = [v for v in host(status).tolist() if v != 0]
+    fwrong, fused_text = fused_checks(comm, gpu, view, host, sync, dev, addr, timeout)
     print(f"rank {r}: host all_reduce {count} f32 {host_us:.1f} us, #wrong={wrong}; "
-          f"triton one-shot {tcount} f32 {t_us / iters:.1f} us, #wrong={twrong}, statuses={bad}")
-    return 0 if wrong == 0 and twrong == 0 and not bad else 7
+          f"triton one-shot {tcount} f32 {t_us / iters:.1f} us, #wrong={twrong}, statuses={bad}; {fused_text}")
+    return 0 if wrong == 0 and twrong == 0 and not bad and fwrong == 0 else 7
+
+
+def fused_checks(comm, gpu, view, host, sync, dev, addr, timeout):
+    """``symcomm.triton_fused``'s kernels against their unfused references (the host collective,
+    then the computation), bit for bit where the values are exact (integer-valued inputs; the
+    RMSNorm output within a few ulps), each timed against its reference."""
+    import numpy as np
+
+    from symcomm import triton as st
+    from symcomm import triton_fused as fused
+
+    n, r = comm.nranks, comm.rank
+    sb, ss, sw, ab, _, _, _ = st.comm_args(comm)
+    rng = np.random.default_rng(5 + r)
+
+    def ints(shape, seed=None):
+        g = rng if seed is None else np.random.default_rng(seed)
+        return g.integers(0, 4, size=shape).astype(np.float32)
+
+    def timed(f):
+        comm.barrier()
+        sync()
+        t0 = time.perf_counter()
+        out = f()
+        sync()
+        return out, (time.perf_counter() - t0) * 1e6
+
+    def warm_then_timed(launch, reset=lambda: None):
+        """Call 1 compiles the kernel (untimed), call 2 is timed; `reset` restores inputs."""
+        timed(lambda: launch(1))
+        comm.barrier()
+        reset()
+        return timed(lambda: launch(2))[1]
+
+    wrong, parts = 0, []
+    # All-reduce + residual + RMSNorm.
+    rows, h = (64, 1024) if gpu else (5, 64)
+    x = comm.alloc_window((rows, h), "float32")
+    view(x)[:] = dev(ints((rows, h)))
+    residual0, weight = ints((rows, h), 99), np.linspace(0.5, 1.5, h, dtype=np.float32)
+    reduced = comm.alloc_window((rows, h), "float32")
+    _, ref_us = timed(lambda: comm.all_reduce(x, reduced))
+    ref_res = host(view(reduced)) + residual0
+    ref_out = ref_res / np.sqrt((ref_res * ref_res).mean(axis=1, keepdims=True) + np.float32(1e-6)) * weight
+    res, w, out = dev(residual0), dev(weight), dev(np.zeros((rows, h), np.float32))
+    grid = min(rows, 32)
+    status = dev(np.full(grid, -1, np.int32))
+    def reset_residual():
+        res[:] = dev(residual0)
+        sync()
+
+    us = warm_then_timed(lambda call: fused.all_reduce_add_rmsnorm_kernel[(grid,)](
+        x.handle[0], x.handle[1], addr(res), addr(w), addr(out), rows, 1e-6,
+        sb, ss, sw, ab, r, st.USER_BARRIER_FIRST.value, timeout, addr(status), nranks=n, H=h), reset_residual)
+    rel = float(np.max(np.abs(host(out) - ref_out) / np.maximum(np.abs(ref_out), 1e-30)))
+    bad = int((host(res) != ref_res).sum()) + int(rel > 4e-7 * h ** 0.5) + int((host(status) != 0).sum())
+    wrong += bad
+    parts.append(f"allreduce+rmsnorm {rows}x{h} {us:.0f} us (host all_reduce alone {ref_us:.0f} us) #wrong={bad}")
+    # All-gather + GEMM.
+    # On a GPU every rank's grid stays small enough to be resident at once with the others'
+    # (4 ranks x 64 programs): a waiting program must never keep its owner's from running.
+    m_local, k, nn = (128, 512, 512) if gpu else (32, 32, 32)
+    a = comm.alloc_window((m_local, k), "float32")
+    view(a)[:] = dev(ints((m_local, k)))
+    b = ints((k, nn), 7)
+    gathered = np.zeros((n * m_local, k), np.float32)
+    _, ref_us = timed(lambda: comm.all_gather(host(view(a)).copy(), gathered))
+    c = dev(np.zeros((n * m_local, nn), np.float32))
+    bm, bn, bk = (64, 64, 32) if gpu else (16, 16, 16)
+    g2 = (n * m_local // bm, nn // bn)
+    status = dev(np.full(g2[0] * g2[1], -1, np.int32))
+    bdev = dev(b)
+    us = warm_then_timed(lambda call: fused.all_gather_matmul_kernel[g2](
+        a.handle[0], a.handle[1], addr(bdev), addr(c), m_local, sb, ss, sw, ab, r, 0, call, timeout,
+        addr(status), nranks=n, K=k, N=nn, BM=bm, BN=bn, BK=bk))
+    comm.barrier()
+    bad = int((host(c) != gathered @ b).sum()) + int((host(status) != 0).sum())
+    wrong += bad
+    parts.append(f"allgather+gemm {n * m_local}x{nn}x{k} {us:.0f} us #wrong={bad}")
+    # GEMM + reduce-scatter.
+    m = n * m_local
+    a2, b2 = ints((m, k)), ints((k, nn))
+    partial = comm.alloc_window((m, nn), "float32")
+    rs_out = comm.alloc_window((m_local, nn), "float32")
+    ref = np.zeros((m_local, nn), np.float32)
+    comm.reduce_scatter(a2 @ b2, ref)
+    a2d, b2d = dev(a2), dev(b2)
+    g3 = (m // bm, nn // bn)
+    status = dev(np.full(g3[0] * g3[1], -1, np.int32))
+    us = warm_then_timed(lambda call: fused.matmul_reduce_scatter_kernel[g3](
+        addr(a2d), addr(b2d), partial.handle[0], partial.handle[1], rs_out.handle[0], rs_out.handle[1], m_local,
+        sb, ss, sw, ab, r, 1, call, timeout, addr(status), nranks=n, K=k, N=nn, BM=bm, BN=bn, BK=bk))
+    comm.barrier()
+    bad = int((host(view(rs_out)) != ref).sum()) + int((host(status) != 0).sum())
+    wrong += bad
+    parts.append(f"gemm+reducescatter {m}x{nn}x{k} {us:.0f} us #wrong={bad}")
+    return wrong, "; ".join(parts)
 
 
 if __name__ == "__main__":
