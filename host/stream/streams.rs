@@ -339,8 +339,12 @@ impl Stream {
         }
         // No synchronizing free runs while a launch is being enqueued (`crate::sync_free`).
         let _launching = crate::sync_free::launching();
-        let what = format!("kernel {}", kernel.name);
-        match kernel.code.pair(&self.inner, what, "the stream")? {
+        // The message is formatted only when the backends differ (launches are a hot path).
+        match kernel.code.pair(
+            &self.inner,
+            format_args!("kernel {}", kernel.name),
+            "the stream",
+        )? {
             PerBackend::Cuda((module, stream)) => {
                 let func = module.function(kernel.name)?;
                 let mut ptrs = args.pointers();

@@ -73,7 +73,7 @@ REDUCTIONS = ("sum", "prod", "min", "max", "avg")
 def _dtype(dtype) -> str:
     """The library's name of a dtype given as a string, numpy dtype or torch dtype."""
     name = str(getattr(dtype, "name", dtype))
-    name = name.removeprefix("torch.") if hasattr(name, "removeprefix") else name.replace("torch.", "", 1)
+    name = name.removeprefix("torch.")
     lib = _ALIASES.get(name, name if name in _ITEMSIZE else None)
     if lib is None:
         raise InvalidArgument(f"unsupported element type {dtype!r} (one of {', '.join(DTYPES)})")

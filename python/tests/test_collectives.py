@@ -16,7 +16,7 @@ def value(dtype, rank, i):
     return np.asarray((np.arange(i) % 7 + 1 + rank) % 5 + 1, dtype=dtype)
 
 
-def reduce(op, vals, n):
+def reduce(op, vals):
     stack = np.stack(vals).astype(np.float64)
     out = {"sum": stack.sum(0), "prod": stack.prod(0), "min": stack.min(0), "max": stack.max(0)}[op]
     return out
@@ -39,15 +39,15 @@ def expected(kind, op, dtype, count, n, r, root, ins):
     """What rank r's receive buffer holds after the call, given every rank's input `ins`."""
     block = lambda p, b: ins[p][b * count:(b + 1) * count]  # noqa: E731
     if kind == "all_reduce":
-        return reduce(op, ins, n).astype(dtype)
+        return reduce(op, ins).astype(dtype)
     if kind == "reduce":
-        return reduce(op, ins, n).astype(dtype) if r == root else None
+        return reduce(op, ins).astype(dtype) if r == root else None
     if kind == "broadcast":
         return ins[root]
     if kind == "all_gather":
         return np.concatenate(ins)
     if kind == "reduce_scatter":
-        return reduce(op, [block(p, r) for p in range(n)], n).astype(dtype)
+        return reduce(op, [block(p, r) for p in range(n)]).astype(dtype)
     if kind == "scatter":
         return block(root, r)
     return np.concatenate([block(p, r) for p in range(n)])  # all_to_all
@@ -71,7 +71,6 @@ def call(comm, kind, send, recv, op, root):
 @pytest.mark.parametrize("kind", KINDS)
 def test_out_of_place(threads, kind, window):
     n = 3
-    wrong = []
 
     def body(comm):
         bad = 0
