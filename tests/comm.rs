@@ -260,6 +260,54 @@ fn abort_from_another_thread_stops_a_waiting_kernel_and_peers_see_the_rank_lost(
     });
 }
 
+/// A window of `count` elements, each this rank's `value`, all-reduced: the number of elements
+/// that differ from `want`.
+fn sum_of_values(comm: &Communicator, value: f32, want: f32) -> usize {
+    let count = 257usize;
+    let src = comm.alloc_window::<f32>(count).unwrap();
+    let dst = comm.alloc_window::<f32>(count).unwrap();
+    src.write(0, &vec![value; count]).unwrap();
+    comm.barrier().unwrap();
+    support::all_reduce(comm, &src, &dst, count as u64).unwrap();
+    let got = dst.to_vec().unwrap();
+    got.iter().filter(|v| v.to_bits() != want.to_bits()).count()
+}
+
+#[test]
+fn split_makes_a_communicator_per_color_ranked_by_key_and_the_parent_stays_usable() {
+    let nranks = 5u32;
+    let results = with_ranks(nranks, |comm| {
+        let me = comm.rank();
+        // Colors 0 (ranks 0, 2) and 1 (ranks 1, 3); rank 4 joins none. Keys reverse the order.
+        let color = (me < 4).then_some(me % 2);
+        let child = comm.split(color, -(me as i32)).unwrap();
+        let mut wrong = 0;
+        let shape = child.as_ref().map(|c| {
+            let members: Vec<u32> = (0..4).filter(|r| r % 2 == me % 2).collect();
+            let want: f32 = members.iter().map(|&r| r as f32 + 1.0).sum();
+            wrong += sum_of_values(c, me as f32 + 1.0, want);
+            (c.rank(), c.nranks())
+        });
+        // The parent still runs collectives, and splits again: one color, equal keys (the
+        // parent's order).
+        wrong += sum_of_values(&comm, 1.0, nranks as f32);
+        let again = comm.split(Some(9), 0).unwrap().unwrap();
+        wrong += sum_of_values(&again, 2.0, 2.0 * nranks as f32);
+        (shape, (again.rank(), again.nranks()), wrong)
+    });
+    let want = [
+        (Some((1, 2)), (0, 5), 0),
+        (Some((1, 2)), (1, 5), 0),
+        (Some((0, 2)), (2, 5), 0),
+        (Some((0, 2)), (3, 5), 0),
+        (None, (4, 5), 0),
+    ];
+    assert_eq!(
+        results, want,
+        "(rank, nranks) in the split, in the second one, #wrong"
+    );
+}
+
 #[test]
 fn destroying_one_rank_is_not_a_fault_for_the_others() {
     let out = with_ranks(3, |comm| {

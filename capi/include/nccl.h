@@ -6,8 +6,8 @@
  * library reports version 2.21.5 (ncclGetVersion, NCCL_VERSION_CODE).
  *
  * What runs (see the README section "Using symcomm as NCCL"): communicator creation
- * (ncclGetUniqueId, ncclCommInitRank, ncclCommInitRankConfig with blocking init,
- * ncclCommInitAll), destruction (ncclCommFinalize, ncclCommDestroy, ncclCommAbort), queries
+ * (ncclGetUniqueId, ncclCommInitRank, ncclCommInitRankConfig, blocking and non-blocking,
+ * ncclCommInitAll, ncclCommSplit), destruction (ncclCommFinalize, ncclCommDestroy, ncclCommAbort), queries
  * (ncclCommCount, ncclCommCuDevice, ncclCommUserRank, ncclCommGetAsyncError), errors
  * (ncclGetErrorString, ncclGetLastError), the collectives ncclAllReduce, ncclBroadcast,
  * ncclBcast, ncclReduce, ncclAllGather, ncclReduceScatter, ncclAlltoAll, point-to-point
@@ -84,8 +84,9 @@ typedef enum {
 
 /* Communicator options (the 2.17 layout that 2.21 uses: a size/magic/version header, then the
  * fields). Initialize with NCCL_CONFIG_INITIALIZER, then set what you need. symcomm reads
- * `blocking` (0 is refused with ncclInvalidUsage for now: non-blocking init is not
- * implemented) and ignores the tuning fields (CTAs, cluster size, network name, split share). */
+ * `blocking` (0: creation returns ncclInProgress and runs in the background; poll
+ * ncclCommGetAsyncError) and ignores the tuning fields (CTAs, cluster size, network name, split
+ * share). */
 typedef struct ncclConfig_v21700 {
   size_t size;
   unsigned int magic;
@@ -165,12 +166,21 @@ const char* ncclGetLastError(ncclComm_t comm);
  * emulator when SYMCOMM_DEVICE=emu, GPU n for SYMCOMM_DEVICE=cuda:n, else the device of the
  * calling thread's current CUDA context (cudaSetDevice), else local rank % GPU count. */
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank);
+/* With config->blocking = 0 it returns ncclInProgress at once with *comm set; the communicator
+ * is ready when ncclCommGetAsyncError reports ncclSuccess (until then other calls with it are
+ * ncclInvalidUsage, except ncclCommDestroy / ncclCommAbort). */
 ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
                                     ncclConfig_t* config);
 
 /* `ndev` communicators of one process, rank i on GPU devlist[i] (NULL: GPU i; the emulator when
  * SYMCOMM_DEVICE=emu), made concurrently. */
 ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist);
+
+/* The ranks of `comm` passing the same `color` form a new communicator, ranked by `key` (ties by
+ * their rank in `comm`); color NCCL_SPLIT_NOCOLOR joins none (*newcomm = NULL). Collective over
+ * `comm`, which stays usable. config NULL: `comm`'s blocking mode. */
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                           ncclConfig_t* config);
 
 /* Waits for this communicator's work, then refuses further calls except destroy/abort. */
 ncclResult_t ncclCommFinalize(ncclComm_t comm);
@@ -179,7 +189,8 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm);
 /* Aborts (kernels waiting on this communicator return, the other ranks are told) and frees it. */
 ncclResult_t ncclCommAbort(ncclComm_t comm);
 /* *asyncError: ncclSuccess, or the communicator's sticky error (a lost peer, a timeout, a
- * mismatched call, an abort). */
+ * mismatched call, an abort); ncclInProgress while a non-blocking creation runs, then its
+ * failure if it failed. */
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError);
 ncclResult_t ncclCommCount(const ncclComm_t comm, int* count);
 /* The GPU ordinal (0 on the emulator). */
@@ -229,8 +240,6 @@ ncclResult_t ncclGroupEnd(void);
 
 /* --- Exported, not implemented yet: each returns ncclInvalidUsage ------------------------- */
 
-ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
-                           ncclConfig_t* config);
 ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
                                       ncclUniqueId* commIds, ncclConfig_t* config);
 ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count,

@@ -1,16 +1,18 @@
 //! Communicator handles: what an `ncclComm_t` names (a symcomm [`Communicator`] and the streams
 //! its calls run on), and the registry of live handles that every entry point looks its
 //! argument up in — so a NULL, destroyed or made-up `ncclComm_t` is an error, not a crash, and a
-//! handle destroyed on one thread while another uses it stays valid for that use.
+//! handle destroyed on one thread while another uses it stays valid for that use. A handle of
+//! a communicator being created in the background (non-blocking init) is registered at once
+//! and names the creation's result when it ends.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 
 use symcomm::{Backend, Communicator, Stream};
 
 use crate::error::Fail;
-use crate::types::{CommPtr, NcclComm};
+use crate::types::CommPtr;
 
 /// One rank's communicator as C sees it.
 pub(crate) struct Comm {
@@ -20,6 +22,8 @@ pub(crate) struct Comm {
     /// emulator one queue, under the key 0.
     streams: Mutex<Vec<(usize, Stream)>>,
     finalized: AtomicBool,
+    /// Made with `config.blocking` = 1 (or undefined): what its splits inherit without a config.
+    blocking: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -27,12 +31,18 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Comm {
-    pub(crate) fn new(inner: Arc<Communicator>) -> Self {
+    pub(crate) fn new(inner: Arc<Communicator>, blocking: bool) -> Self {
         Comm {
             inner,
             streams: Mutex::new(Vec::new()),
             finalized: AtomicBool::new(false),
+            blocking,
         }
+    }
+
+    /// Whether it was made blocking.
+    pub(crate) fn blocking(&self) -> bool {
+        self.blocking
     }
 
     pub(crate) fn is_emu(&self) -> bool {
@@ -101,40 +111,141 @@ impl Comm {
     }
 }
 
-fn registry() -> MutexGuard<'static, HashMap<usize, Arc<Comm>>> {
-    static LIVE: LazyLock<Mutex<HashMap<usize, Arc<Comm>>>> = LazyLock::new(Mutex::default);
+/// A communicator being created in the background (non-blocking init, `config.blocking = 0`):
+/// its handle exists at once; the result arrives when the creation ends.
+#[derive(Default)]
+pub(crate) struct Slot {
+    state: Mutex<SlotState>,
+}
+
+#[derive(Default)]
+enum SlotState {
+    #[default]
+    Creating,
+    Made(Result<Arc<Comm>, Fail>),
+    /// Destroyed or aborted while being created: the communicator is freed when it arrives.
+    Abandoned,
+}
+
+impl Slot {
+    /// Delivers the creation's result.
+    pub(crate) fn fill(&self, made: Result<Arc<Comm>, Fail>) {
+        let mut state = lock(&self.state);
+        match *state {
+            SlotState::Abandoned => {
+                if let Ok(comm) = made {
+                    comm.inner.abort();
+                }
+            }
+            _ => *state = SlotState::Made(made),
+        }
+    }
+}
+
+/// What a handle names: a communicator, or one being created.
+enum Entry {
+    Live(Arc<Comm>),
+    Creating(Arc<Slot>),
+}
+
+/// Where `lookup` found a handle.
+pub(crate) enum Found {
+    Live(Arc<Comm>),
+    /// Still being created (non-blocking init).
+    Creating,
+    /// Its creation failed: the failure (the handle remains until destroyed or aborted).
+    Failed(Fail),
+}
+
+fn registry() -> MutexGuard<'static, HashMap<usize, Entry>> {
+    static LIVE: LazyLock<Mutex<HashMap<usize, Entry>>> = LazyLock::new(Mutex::default);
     lock(&LIVE)
 }
 
-/// Registers `comm`; its `ncclComm_t` is the address of its shared state (unique while it lives,
-/// never dereferenced by C or by this library).
-pub(crate) fn register(comm: Comm) -> CommPtr {
-    let comm = Arc::new(comm);
-    let ptr = Arc::as_ptr(&comm) as *mut NcclComm;
-    registry().insert(ptr as usize, comm);
+/// A new handle value: never dereferenced (by C or by this library), never reused, and
+/// aligned like a pointer to a struct so that no C code is surprised by it.
+fn new_handle() -> CommPtr {
+    static NEXT: AtomicUsize = AtomicUsize::new(1);
+    (NEXT.fetch_add(1, Ordering::Relaxed) << 4) as CommPtr
+}
+
+/// Registers `comm`; returns its `ncclComm_t`.
+pub(crate) fn register(comm: Arc<Comm>) -> CommPtr {
+    let ptr = new_handle();
+    registry().insert(ptr as usize, Entry::Live(comm));
     ptr
+}
+
+/// Registers a communicator that `slot` will deliver; returns its `ncclComm_t`.
+pub(crate) fn register_creating(slot: Arc<Slot>) -> CommPtr {
+    let ptr = new_handle();
+    registry().insert(ptr as usize, Entry::Creating(slot));
+    ptr
+}
+
+/// What `ptr` names now (a finished creation becomes a live communicator here).
+///
+/// # Errors
+/// `ncclInvalidArgument` for NULL or a handle that is not (or no longer) a communicator.
+pub(crate) fn find(ptr: CommPtr) -> Result<Found, Fail> {
+    if ptr.is_null() {
+        return Err(Fail::invalid_argument("comm is NULL"));
+    }
+    let mut live = registry();
+    let entry = live.get_mut(&(ptr as usize)).ok_or_else(|| {
+        Fail::invalid_argument(
+            "comm is not a live communicator (destroyed, aborted, or not made by \
+             ncclCommInitRank / ncclCommInitAll / ncclCommSplit)",
+        )
+    })?;
+    let found = match entry {
+        Entry::Live(comm) => Found::Live(Arc::clone(comm)),
+        Entry::Creating(slot) => match &*lock(&slot.state) {
+            SlotState::Made(Ok(comm)) => Found::Live(Arc::clone(comm)),
+            SlotState::Made(Err(fail)) => Found::Failed(fail.clone()),
+            SlotState::Creating | SlotState::Abandoned => Found::Creating,
+        },
+    };
+    if let Found::Live(comm) = &found {
+        *entry = Entry::Live(Arc::clone(comm));
+    }
+    Ok(found)
 }
 
 /// The live communicator `ptr` names.
 ///
 /// # Errors
-/// `ncclInvalidArgument` for NULL or a handle that is not (or no longer) a live communicator.
+/// As [`find`]; `ncclInvalidUsage` for a communicator still being created, and the creation's
+/// own failure for one whose creation failed.
 pub(crate) fn lookup(ptr: CommPtr) -> Result<Arc<Comm>, Fail> {
-    if ptr.is_null() {
-        return Err(Fail::invalid_argument("comm is NULL"));
+    match find(ptr)? {
+        Found::Live(comm) => Ok(comm),
+        Found::Creating => Err(Fail::invalid_usage(
+            "the communicator is still being created (non-blocking init): poll \
+             ncclCommGetAsyncError until it reports ncclSuccess",
+        )),
+        Found::Failed(fail) => Err(fail),
     }
-    registry().get(&(ptr as usize)).cloned().ok_or_else(|| {
-        Fail::invalid_argument(
-            "comm is not a live communicator (destroyed, aborted, or not made by \
-             ncclCommInitRank / ncclCommInitAll)",
-        )
-    })
 }
 
 /// Removes `ptr` from the registry (destroy, abort): later calls with it are refused. The
-/// communicator itself goes when its last user (a call in progress, a pending group) drops it.
-pub(crate) fn unregister(ptr: CommPtr) -> Result<Arc<Comm>, Fail> {
-    let comm = lookup(ptr)?;
-    registry().remove(&(ptr as usize));
-    Ok(comm)
+/// communicator itself goes when its last user (a call in progress, a pending group) drops it;
+/// one still being created is freed when its creation ends (`None` here).
+///
+/// # Errors
+/// As [`find`].
+pub(crate) fn unregister(ptr: CommPtr) -> Result<Option<Arc<Comm>>, Fail> {
+    find(ptr)?;
+    let entry = registry().remove(&(ptr as usize));
+    Ok(match entry {
+        Some(Entry::Live(comm)) => Some(comm),
+        Some(Entry::Creating(slot)) => {
+            let mut state = lock(&slot.state);
+            match std::mem::replace(&mut *state, SlotState::Abandoned) {
+                SlotState::Made(Ok(comm)) => Some(comm),
+                _ => None,
+            }
+        }
+        None => None,
+    })
 }

@@ -82,6 +82,14 @@ pub(crate) fn last() -> *const c_char {
 /// message (`name: message`); a panic (a bug) becomes `ncclInternalError` instead of unwinding
 /// into C.
 pub(crate) fn guard(name: &str, body: impl FnOnce() -> Result<(), Fail>) -> NcclResult {
+    guard_code(name, || body().map(|()| NCCL_SUCCESS))
+}
+
+/// [`guard`] for a body that chooses its success code (`ncclInProgress`).
+pub(crate) fn guard_code(
+    name: &str,
+    body: impl FnOnce() -> Result<NcclResult, Fail>,
+) -> NcclResult {
     let outcome = catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|panic| {
         let what = panic
             .downcast_ref::<&str>()
@@ -94,7 +102,7 @@ pub(crate) fn guard(name: &str, body: impl FnOnce() -> Result<(), Fail>) -> Nccl
         ))
     });
     match outcome {
-        Ok(()) => NCCL_SUCCESS,
+        Ok(code) => code,
         Err(f) => {
             set_last(&format!("{name}: {}", f.message));
             f.code

@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use crate::coll::{self, Work};
 use crate::comm::Comm;
-use crate::error::{Fail, guard};
-use crate::init::{self, PendingInit};
-use crate::types::{NCCL_INTERNAL_ERROR, NcclResult};
+use crate::create::{self, PendingInit};
+use crate::error::{Fail, guard, guard_code};
+use crate::types::{NCCL_INTERNAL_ERROR, NCCL_SUCCESS, NcclResult};
 
 #[derive(Default)]
 struct State {
@@ -25,11 +25,12 @@ thread_local! {
     static STATE: RefCell<State> = RefCell::new(State::default());
 }
 
-/// Runs `pending` now with `run`, or records it for the end of this thread's group.
+/// Runs `pending` now with `run`, or records it for the end of this thread's group; whether
+/// it ran now.
 pub(crate) fn defer_init_or(
     pending: PendingInit,
     run: impl FnOnce(PendingInit) -> Result<(), Fail>,
-) -> Result<(), Fail> {
+) -> Result<bool, Fail> {
     let left = STATE.with(|s| {
         let mut s = s.borrow_mut();
         if s.depth > 0 {
@@ -39,7 +40,7 @@ pub(crate) fn defer_init_or(
             Some(pending)
         }
     });
-    left.map_or(Ok(()), run)
+    left.map_or(Ok(false), |p| run(p).map(|()| true))
 }
 
 /// Runs `work` on `comm` now, or records it for the end of this thread's group.
@@ -71,27 +72,39 @@ fn by_comm(work: Vec<(Arc<Comm>, Work)>) -> Vec<(Arc<Comm>, Vec<Work>)> {
     out
 }
 
-fn run_work(work: Vec<(Arc<Comm>, Vec<Work>)>) -> Result<(), Fail> {
-    if work.len() == 1 {
-        return work
-            .into_iter()
-            .try_for_each(|(comm, list)| coll::run(&comm, list));
+/// Runs `f` on every item concurrently, each on its own thread (one item: on this one), every
+/// run to its end.
+///
+/// # Errors
+/// The first failure, in item order (`ncclInternalError` for a panic, naming `what`).
+pub(crate) fn concurrently<T: Send>(
+    items: Vec<T>,
+    what: &str,
+    f: impl Fn(T) -> Result<(), Fail> + Sync,
+) -> Result<(), Fail> {
+    if items.len() == 1 {
+        return items.into_iter().try_for_each(f);
     }
+    let f = &f;
     let results: Vec<Result<(), Fail>> = std::thread::scope(|s| {
-        let handles: Vec<_> = work
-            .into_iter()
-            .map(|(comm, list)| s.spawn(move || coll::run(&comm, list)))
-            .collect();
+        let handles: Vec<_> = items.into_iter().map(|i| s.spawn(move || f(i))).collect();
         handles
             .into_iter()
             .map(|h| {
                 h.join().unwrap_or_else(|_| {
-                    Err(Fail::new(NCCL_INTERNAL_ERROR, "a group thread panicked"))
+                    Err(Fail::new(
+                        NCCL_INTERNAL_ERROR,
+                        format!("{what} thread panicked"),
+                    ))
                 })
             })
             .collect()
     });
     results.into_iter().collect()
+}
+
+fn run_work(work: Vec<(Arc<Comm>, Vec<Work>)>) -> Result<(), Fail> {
+    concurrently(work, "a group", |(comm, list)| coll::run(&comm, list))
 }
 
 /// `ncclGroupStart`: opens a (nested) group on this thread.
@@ -104,10 +117,11 @@ pub extern "C" fn ncclGroupStart() -> NcclResult {
 }
 
 /// `ncclGroupEnd`: closes this thread's group; the outermost runs what the group recorded and
-/// returns the first error of that work.
+/// returns the first error of that work, else `ncclInProgress` when it started non-blocking
+/// communicator creations.
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclGroupEnd() -> NcclResult {
-    guard("ncclGroupEnd", || {
+    guard_code("ncclGroupEnd", || {
         let taken = STATE.with(|s| {
             let mut s = s.borrow_mut();
             match s.depth {
@@ -126,14 +140,14 @@ pub extern "C" fn ncclGroupEnd() -> NcclResult {
             }
         })?;
         let Some((inits, work)) = taken else {
-            return Ok(());
+            return Ok(NCCL_SUCCESS);
         };
         let made = if inits.is_empty() {
-            Ok(())
+            Ok(NCCL_SUCCESS)
         } else {
-            init::run_all(inits)
+            create::run_all(inits)
         };
         let ran = run_work(by_comm(work));
-        made.and(ran)
+        ran.and(made)
     })
 }

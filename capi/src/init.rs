@@ -8,14 +8,12 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::str::FromStr;
 use std::sync::{LazyLock, Mutex, PoisonError};
 
-use symcomm::{Backend, Communicator, Device, UniqueId};
+use symcomm::{Backend, Device, UniqueId};
 
-use crate::comm::{self, Comm};
-use crate::error::{self, Fail, code_of, guard};
-use crate::group;
-use crate::types::{
-    CONFIG_MAGIC, CONFIG_UNDEF_INT, CommPtr, ConfigHead, NCCL_SUCCESS, NcclResult, NcclUniqueId,
-};
+use crate::comm::{self, Found};
+use crate::create::{self, PendingInit, Source};
+use crate::error::{self, Fail, code_of, guard, guard_code};
+use crate::types::{CommPtr, ConfigHead, NCCL_IN_PROGRESS, NCCL_SUCCESS, NcclResult, NcclUniqueId};
 use crate::{device, version};
 
 /// Writes `value` through `out`.
@@ -47,6 +45,11 @@ pub extern "C" fn ncclGetErrorString(result: NcclResult) -> *const c_char {
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclGetLastError(_comm: CommPtr) -> *const c_char {
     error::last()
+}
+
+/// Drops the reservation of `id` if this process made it (rank 0's init with it returned).
+pub(crate) fn forget_id(id: &UniqueId) {
+    made_here().retain(|kept| kept != id);
 }
 
 /// Ids this process made, kept until rank 0's init with them returns: an id from
@@ -155,74 +158,27 @@ pub unsafe extern "C" fn ncclGetUniqueId(unique_id: *mut NcclUniqueId) -> NcclRe
     })
 }
 
-/// A communicator to create: at once, or at the end of the caller's group.
-pub(crate) struct PendingInit {
-    /// Where the `ncclComm_t` goes (the caller's `ncclComm_t*`, as an address: it must stay
-    /// valid until the group ends, NCCL's rule).
-    out: usize,
-    id: UniqueId,
-    rank: u32,
-    nranks: u32,
-    device: Device,
-}
-
-impl PendingInit {
-    fn run(self) -> Result<(), Fail> {
-        let joined = Communicator::init(&self.id, self.rank, self.nranks, self.device);
-        if self.rank == 0 {
-            made_here().retain(|kept| *kept != self.id);
-        }
-        let ptr = comm::register(Comm::new(joined?));
-        // SAFETY: `out` is the caller's non-null `ncclComm_t*`, valid until this init ends.
-        unsafe { (self.out as *mut CommPtr).write(ptr) };
-        Ok(())
-    }
-}
-
-/// Runs `inits` concurrently (they may be ranks of one communicator), each on its own thread.
-///
-/// # Errors
-/// The first failure (every init runs to its end either way).
-pub(crate) fn run_all(inits: Vec<PendingInit>) -> Result<(), Fail> {
-    if inits.len() == 1 {
-        return inits.into_iter().try_for_each(PendingInit::run);
-    }
-    let results: Vec<Result<(), Fail>> = std::thread::scope(|s| {
-        let handles: Vec<_> = inits
-            .into_iter()
-            .map(|p| s.spawn(move || p.run()))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(Fail::new(
-                        crate::types::NCCL_INTERNAL_ERROR,
-                        "an init thread panicked",
-                    ))
-                })
-            })
-            .collect()
-    });
-    results.into_iter().collect()
-}
-
-fn init_rank(out: *mut CommPtr, nranks: c_int, id: &NcclUniqueId, rank: c_int) -> Result<(), Fail> {
+fn init_rank(
+    out: *mut CommPtr,
+    nranks: c_int,
+    id: &NcclUniqueId,
+    rank: c_int,
+    blocking: bool,
+) -> Result<NcclResult, Fail> {
     put(out, "comm", std::ptr::null_mut())?;
     let nranks = u32::try_from(nranks)
         .ok()
         .filter(|&n| n > 0)
         .ok_or_else(|| Fail::invalid_argument(format!("nranks {nranks} is not positive")))?;
     let rank = crate::types::rank_arg("rank", rank, nranks)?;
-    let pending = PendingInit {
-        out: out as usize,
+    let source = Source::Id {
         id: decode(id)?,
         rank,
         nranks,
         // Now, on the caller's thread: its current CUDA context names the device.
         device: device::for_init()?,
     };
-    group::defer_init_or(pending, PendingInit::run)
+    create::start(PendingInit::new(out, source, blocking))
 }
 
 /// `ncclCommInitRank`: joins communicator `comm_id` as `rank` of `nranks` (blocking; inside a
@@ -234,13 +190,14 @@ pub unsafe extern "C" fn ncclCommInitRank(
     comm_id: NcclUniqueId,
     rank: c_int,
 ) -> NcclResult {
-    guard("ncclCommInitRank", || {
-        init_rank(comm, nranks, &comm_id, rank)
+    guard_code("ncclCommInitRank", || {
+        init_rank(comm, nranks, &comm_id, rank, true)
     })
 }
 
 /// `ncclCommInitRankConfig`: as `ncclCommInitRank`; `config` (may be NULL) must come from
-/// `NCCL_CONFIG_INITIALIZER`; `blocking = 0` is refused (non-blocking init is not implemented).
+/// `NCCL_CONFIG_INITIALIZER`. `blocking = 0`: non-blocking creation (`ncclInProgress`, see
+/// `create.rs`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclCommInitRankConfig(
     comm: *mut CommPtr,
@@ -249,36 +206,9 @@ pub unsafe extern "C" fn ncclCommInitRankConfig(
     rank: c_int,
     config: *mut ConfigHead,
 ) -> NcclResult {
-    guard("ncclCommInitRankConfig", || {
-        if !config.is_null() {
-            // SAFETY: non-null: the caller's config, at least its header (checked by `size`
-            // before `blocking` is read).
-            let (size, magic) = unsafe { ((*config).size, (*config).magic) };
-            if magic != CONFIG_MAGIC {
-                return Err(Fail::invalid_argument(
-                    "config was not initialized with NCCL_CONFIG_INITIALIZER (bad magic)",
-                ));
-            }
-            if size < size_of::<ConfigHead>() {
-                return Err(Fail::invalid_argument(format!(
-                    "config.size {size} is smaller than any ncclConfig_t"
-                )));
-            }
-            // SAFETY: `size` covers `blocking`.
-            let blocking = unsafe { (*config).blocking };
-            if blocking == 0 {
-                return Err(Fail::invalid_usage(
-                    "non-blocking communicator init (config.blocking = 0) is not implemented \
-                     yet; use blocking = 1 (or leave it undefined)",
-                ));
-            }
-            if blocking != 1 && blocking != CONFIG_UNDEF_INT {
-                return Err(Fail::invalid_argument(format!(
-                    "config.blocking {blocking} is neither 0 nor 1"
-                )));
-            }
-        }
-        init_rank(comm, nranks, &comm_id, rank)
+    guard_code("ncclCommInitRankConfig", || {
+        let blocking = create::blocking(config, true)?;
+        init_rank(comm, nranks, &comm_id, rank, blocking)
     })
 }
 
@@ -317,15 +247,15 @@ pub unsafe extern "C" fn ncclCommInitAll(
                     Fail::invalid_argument(format!("devlist[{i}] = {d} is not a device"))
                 })?)
             };
-            inits.push(PendingInit {
-                out: out as usize,
+            let source = Source::Id {
                 id: id.clone(),
                 rank: i as u32,
                 nranks: n,
                 device,
-            });
+            };
+            inits.push(PendingInit::new(out, source, true));
         }
-        let made = run_all(inits);
+        let made = create::run_all(inits).map(drop);
         if made.is_err() {
             // All or nothing: free the ranks that were made.
             for i in 0..n as usize {
@@ -368,27 +298,35 @@ pub unsafe extern "C" fn ncclCommDestroy(comm: CommPtr) -> NcclResult {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclCommAbort(comm: CommPtr) -> NcclResult {
     guard("ncclCommAbort", || {
-        let c = comm::unregister(comm)?;
-        c.inner.abort();
+        if let Some(c) = comm::unregister(comm)? {
+            c.inner.abort();
+        }
         Ok(())
     })
 }
 
 /// `ncclCommGetAsyncError`: `ncclSuccess` with `*async_error` the communicator's sticky error
-/// code (its message becomes this thread's last error).
+/// code (its message becomes this thread's last error); `ncclInProgress` while a non-blocking
+/// creation runs, then its failure if it failed.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclCommGetAsyncError(
     comm: CommPtr,
     async_error: *mut NcclResult,
 ) -> NcclResult {
     guard("ncclCommGetAsyncError", || {
-        let c = comm::lookup(comm)?;
-        let code = match c.inner.check_error() {
-            Ok(()) => NCCL_SUCCESS,
-            Err(e) => {
-                error::set_last(&format!("ncclCommGetAsyncError: {e}"));
-                code_of(&e)
+        let code = match comm::find(comm)? {
+            Found::Creating => NCCL_IN_PROGRESS,
+            Found::Failed(fail) => {
+                error::set_last(&format!("ncclCommGetAsyncError: {}", fail.message));
+                fail.code
             }
+            Found::Live(c) => match c.inner.check_error() {
+                Ok(()) => NCCL_SUCCESS,
+                Err(e) => {
+                    error::set_last(&format!("ncclCommGetAsyncError: {e}"));
+                    code_of(&e)
+                }
+            },
         };
         put(async_error, "asyncError", code)
     })

@@ -7,7 +7,8 @@
 //! The parts: `types.rs` (the C types: results, ids, configs, the element-type and reduction
 //! mappings), `error.rs` (the result codes of symcomm's errors, the thread's last message, the
 //! FFI guard every entry point runs in), `comm.rs` (the communicator handles and their
-//! streams), `device.rs` (which device a new communicator uses), `init.rs` (ids, creation,
+//! streams), `device.rs` (which device a new communicator uses), `create.rs` (making
+//! communicators: from ids or splits, blocking or not), `init.rs` (ids, the init calls,
 //! destruction, queries), `coll.rs` (collectives and send/recv), `group.rs` (groups: what a
 //! call inside one defers, and how `ncclGroupEnd` runs it), `unimplemented.rs` (the exported
 //! names that return `ncclInvalidUsage` until they are implemented).
@@ -21,6 +22,7 @@
 
 mod coll;
 mod comm;
+mod create;
 mod device;
 mod error;
 mod group;

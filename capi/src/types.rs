@@ -18,6 +18,7 @@ pub(crate) const NCCL_INTERNAL_ERROR: NcclResult = 3;
 pub(crate) const NCCL_INVALID_ARGUMENT: NcclResult = 4;
 pub(crate) const NCCL_INVALID_USAGE: NcclResult = 5;
 pub(crate) const NCCL_REMOTE_ERROR: NcclResult = 6;
+pub(crate) const NCCL_IN_PROGRESS: NcclResult = 7;
 
 /// `struct ncclComm`: what an `ncclComm_t` points to, opaque to C. The pointer is a key into the
 /// live-communicator registry (`comm.rs`), never dereferenced.

@@ -43,7 +43,6 @@ not_implemented!(
     ncclCommResume,
     ncclCommRevoke,
     ncclCommShrink,
-    ncclCommSplit,
     ncclCommSuspend,
     ncclCommWindowDeregister,
     ncclCommWindowRegister,

@@ -184,6 +184,32 @@ fn one_thread_drives_every_rank_through_groups() {
 }
 
 #[test]
+fn split_by_color_and_key_on_threads() {
+    run("create", &["split", "2"]);
+    run("create", &["split", "5"]);
+}
+
+#[test]
+fn split_inside_a_group_from_one_thread() {
+    run("create", &["split-group", "4"]);
+}
+
+#[test]
+fn non_blocking_init_reports_progress_and_then_works() {
+    run("create", &["nonblocking", "3"]);
+}
+
+#[test]
+fn a_non_blocking_init_that_cannot_finish_is_aborted_at_once() {
+    run("create", &["abandon", "1"]);
+}
+
+#[test]
+fn a_killed_peer_fails_the_others_within_a_bound_and_abort_returns_at_once() {
+    run("create", &["deadpeer", "3"]);
+}
+
+#[test]
 fn bad_arguments_return_their_codes_and_the_communicator_goes_on() {
     run("collectives", &["errors", "2"]);
 }

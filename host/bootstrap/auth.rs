@@ -112,6 +112,19 @@ pub(crate) fn fingerprint(secret: &Secret) -> String {
     super::id::hex(&h.finalize()[..8])
 }
 
+/// A secret derived from `secret` for `purpose` (a new communicator made from an existing one:
+/// its ranks agree on it without sending it): the first 16 bytes of
+/// `HMAC-SHA256(secret, "symcomm/1/derive" ‖ purpose)`.
+pub(crate) fn derive_secret(secret: &Secret, purpose: &[u8]) -> Secret {
+    // HMAC accepts keys of any length (as in `keyed`).
+    let mut h = HmacSha256::new_from_slice(secret.bytes()).unwrap_or_else(|_| unreachable_key());
+    h.update(b"symcomm/1/derive");
+    h.update(purpose);
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&h.finalize().into_bytes()[..16]);
+    Secret::from_bytes(out)
+}
+
 /// A secret derived from public facts (used when none was configured; it only keeps unrelated
 /// jobs apart, it does not keep anyone out).
 pub(crate) fn derive_public_secret(parts: &[&str]) -> [u8; 16] {

@@ -122,16 +122,23 @@ impl UniqueId {
                 "the root address {ip} is not connectable; give the address of one interface"
             )));
         }
+        let mut bytes = [0u8; 16];
+        auth::fill_random(&mut bytes)?;
+        Self::reserve(ip, Secret(bytes))
+    }
+
+    /// A fresh id on `ip` (an ephemeral port, reserved now, as [`Self::new_on`]) with `secret`.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the address cannot be bound.
+    pub(crate) fn reserve(ip: IpAddr, secret: Secret) -> Result<Self> {
         let listener = TcpListener::bind(SocketAddr::new(ip, 0))
             .map_err(|source| Error::io(format!("reserving a bootstrap port on {ip}"), source))?;
         let addr = listener
             .local_addr()
             .map_err(|source| Error::io("reading the reserved bootstrap port", source))?;
-        let mut bytes = [0u8; 16];
-        auth::fill_random(&mut bytes)?;
         static NEXT_KEY: AtomicU64 = AtomicU64::new(0);
         let key = NEXT_KEY.fetch_add(1, Ordering::Relaxed);
-        let secret = Secret(bytes);
         reservations().push(Reservation {
             key,
             addr,

@@ -69,10 +69,10 @@
 //! job often all connect from one address (`127.0.0.1` under `symcomm launch`), and the eviction
 //! order above protects them without one.
 
-mod auth;
+pub(crate) mod auth;
 mod client;
 mod config;
-mod id;
+pub(crate) mod id;
 mod net;
 mod root;
 pub(crate) mod wire;

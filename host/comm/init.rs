@@ -11,6 +11,7 @@ use super::control::{Control, ControlTiming};
 use super::fdpass::{self, Listener, LocalLinks};
 use super::memory::ControlBlock;
 use super::payload::{self, DeviceDesc, Tag};
+use super::split::Lineage;
 use super::{CommOptions, Communicator, Device, coll, peers_succeeded};
 use crate::backend::{Backend, cuda};
 use crate::bootstrap::{self, BootstrapConfig, UniqueId};
@@ -106,6 +107,7 @@ impl Communicator {
             signals: None,
             links: None,
             exchange_seq: Mutex::new(0),
+            lineage: Lineage::new(config),
             control,
             block,
             me: Weak::new(),

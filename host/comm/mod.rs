@@ -10,7 +10,8 @@
 //! (the collective allocation behind windows and the signal area), `record.rs` (the errors
 //! kernels record, in words), `control.rs` (the control plane), `payload.rs` (its tags and
 //! typed payloads), `fdpass.rs` (memory handles between the ranks of a host), `memory.rs` (the
-//! flat window layout, the control block), `window.rs` ([`Window`]) and `coll.rs` + `coll/` (the
+//! flat window layout, the control block), `window.rs` ([`Window`]), `split.rs`
+//! ([`Communicator::split`]) and `coll.rs` + `coll/` (the
 //! host collectives). This file has the [`Communicator`] type, its accessors and the pieces they
 //! share (the agreement of a step among the ranks, typed gathers).
 
@@ -23,6 +24,7 @@ mod memory;
 mod options;
 pub(crate) mod payload;
 mod record;
+mod split;
 mod window;
 
 use std::sync::{Arc, Mutex, Weak};
@@ -168,6 +170,8 @@ pub struct Communicator {
     signals: Option<FlatMapping>,
     links: Option<LocalLinks>,
     exchange_seq: Mutex<u64>,
+    /// What communicators split from this one inherit.
+    lineage: split::Lineage,
     control: Control,
     block: Arc<ControlBlock>,
     /// This communicator's own `Arc` (every communicator lives in one): what windows and

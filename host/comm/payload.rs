@@ -43,11 +43,14 @@ pub(crate) enum Tag {
     Lane = 0x203,
     /// [`Communicator::barrier`](crate::Communicator::barrier) (no payload).
     Barrier = 0x300,
+    /// [`Communicator::split`](crate::Communicator::split): every rank's request
+    /// ([`SplitRequest`]).
+    Split = 0x301,
 }
 
 impl Tag {
     /// Every tag, for lookups by number.
-    const ALL: [Tag; 10] = [
+    const ALL: [Tag; 11] = [
         Tag::Init,
         Tag::Links,
         Tag::LinksDone,
@@ -58,6 +61,7 @@ impl Tag {
         Tag::Mapped,
         Tag::Lane,
         Tag::Barrier,
+        Tag::Split,
     ];
 
     /// The wire number.
@@ -216,6 +220,40 @@ pub(crate) fn decode_alloc_request(payload: &[u8]) -> Result<Outcome<AllocReques
     })
 }
 
+/// A rank's part of a split ([`Tag::Split`]): its color (`None`: it joins no new
+/// communicator), its key, and the port its id reserved (it may become the new root).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SplitRequest {
+    pub(crate) color: Option<u32>,
+    pub(crate) key: i32,
+    pub(crate) port: u16,
+}
+
+/// `[1][has color u8][color u32][key i32][port u16]`, or the failure.
+pub(crate) fn encode_split_request<E: Display>(request: &Result<SplitRequest, E>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(13);
+    put_outcome(&mut out, request, |out, r| {
+        out.push(u8::from(r.color.is_some()));
+        out.extend_from_slice(&r.color.unwrap_or(0).to_be_bytes());
+        out.extend_from_slice(&r.key.to_be_bytes());
+        out.extend_from_slice(&r.port.to_be_bytes());
+    });
+    out
+}
+
+/// A peer's [`encode_split_request`].
+pub(crate) fn decode_split_request(payload: &[u8]) -> Result<Outcome<SplitRequest>, FrameError> {
+    take_outcome(payload, |c| {
+        let has_color = c.u8("split color flag")? != 0;
+        let color = c.u32("split color")?;
+        Ok(SplitRequest {
+            color: has_color.then_some(color),
+            key: c.u32("split key")? as i32,
+            port: c.u16("split port")?,
+        })
+    })
+}
+
 /// The lane a rank binds a new stream to ([`Tag::Lane`]): a free lane to reuse, or a new one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LaneProposal {
@@ -289,7 +327,7 @@ mod tests {
         assert_eq!(
             numbers,
             [
-                0x100, 0x101, 0x102, 0x103, 0x104, 0x200, 0x201, 0x202, 0x203, 0x300
+                0x100, 0x101, 0x102, 0x103, 0x104, 0x200, 0x201, 0x202, 0x203, 0x300, 0x301
             ]
         );
         for t in Tag::ALL {
@@ -401,6 +439,33 @@ mod tests {
             &encode_alloc_request(&failure("count 0")),
             decode_alloc_request,
             &Err("invalid argument: count 0".to_owned()),
+        );
+    }
+
+    #[test]
+    fn split_requests_round_trip() {
+        for request in [
+            SplitRequest {
+                color: Some(7),
+                key: -3,
+                port: 41237,
+            },
+            SplitRequest {
+                color: None,
+                key: i32::MAX,
+                port: 0,
+            },
+        ] {
+            round_trip(
+                &encode_split_request(&Ok::<_, Error>(request)),
+                decode_split_request,
+                &Ok(request),
+            );
+        }
+        round_trip(
+            &encode_split_request(&failure("no port")),
+            decode_split_request,
+            &Err("invalid argument: no port".to_owned()),
         );
     }
 

@@ -316,8 +316,8 @@ fn decode_payload(kind: FrameType, p: &[u8], nranks: u32) -> Result<Message, Fra
 
 /// The control-plane steps' tag numbers (`comm::payload::Tag`) whose contributions have a
 /// decoder: every tag but the barrier's, which carries no payload.
-pub const CONTROL_TAGS: [u32; 9] = [
-    0x100, 0x101, 0x102, 0x103, 0x104, 0x200, 0x201, 0x202, 0x203,
+pub const CONTROL_TAGS: [u32; 10] = [
+    0x100, 0x101, 0x102, 0x103, 0x104, 0x200, 0x201, 0x202, 0x203, 0x301,
 ];
 
 /// Decodes `data` as a rank's contribution to the control-plane step numbered `tag` (the data
@@ -346,6 +346,9 @@ pub fn control_round_trip(tag: u32, data: &[u8]) -> Option<Result<Vec<u8>, Strin
             .map_err(text),
         Tag::Lane => p::decode_lane_proposal(data)
             .map(|l| p::encode_lane_proposal(&l))
+            .map_err(text),
+        Tag::Split => p::decode_split_request(data)
+            .map(|r| p::encode_split_request(&r))
             .map_err(text),
         Tag::Barrier => return None,
     })

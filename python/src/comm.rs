@@ -211,6 +211,15 @@ impl Communicator {
         py.detach(|| self.comm.barrier()).or_raise()
     }
 
+    /// Splits the communicator (collective): the ranks passing the same `color` form a new
+    /// one, ranked by `key` (ties by rank here); `color=None` joins none and returns `None`.
+    /// This communicator stays usable.
+    #[pyo3(signature = (color, key=0))]
+    fn split(&self, py: Python<'_>, color: Option<u32>, key: i32) -> PyResult<Option<Self>> {
+        let made = py.detach(|| self.comm.split(color, key)).or_raise()?;
+        Ok(made.map(Self::wrap))
+    }
+
     /// Aborts the communicator: every rank's waits end with `Aborted`; returns at once.
     fn abort(&self) {
         self.comm.abort();

@@ -181,6 +181,30 @@ def test_bad_arguments_raise_and_the_communicator_stays_usable(threads):
     assert all(m for m in results[0]), results[0]
 
 
+def test_split_by_color_and_key(threads):
+    def body(comm):
+        r = comm.rank
+        # Colors 0 (ranks 0, 2) and 1 (rank 1, 3); keys reverse the order; rank 4 joins none.
+        part = comm.split(r % 2 if r < 4 else None, key=-r)
+        got = None
+        if part is not None:
+            a = np.full(33, r + 1, dtype=np.int32)
+            part.all_reduce(a)
+            got = (part.rank, part.nranks, int(a[0]), bool((a == a[0]).all()))
+        b = np.ones(8, dtype=np.float32)
+        comm.all_reduce(b)  # the parent still works
+        return got, float(b[0])
+
+    results = threads(5, body)
+    assert results == [
+        ((1, 2, 4, True), 5.0),
+        ((1, 2, 6, True), 5.0),
+        ((0, 2, 4, True), 5.0),
+        ((0, 2, 6, True), 5.0),
+        (None, 5.0),
+    ]
+
+
 def test_unique_id_text_repr_and_pickle():
     import pickle
 

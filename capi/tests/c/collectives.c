@@ -21,6 +21,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "check.h"
+
 /* NCCL's layouts, as programs built against NVIDIA's header expect them (LP64). */
 _Static_assert(sizeof(ncclUniqueId) == 128, "ncclUniqueId is 128 bytes");
 _Static_assert(offsetof(ncclConfig_t, magic) == 8, "config magic");
@@ -38,39 +40,6 @@ _Static_assert(NCCL_VERSION_CODE == NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PA
 #define MAX_RANKS 8
 
 static ncclUniqueId the_id;
-
-#define FAIL(rank, ...)                             \
-  do {                                              \
-    fprintf(stderr, "rank %d: ", (rank));           \
-    fprintf(stderr, __VA_ARGS__);                   \
-    fprintf(stderr, "\n");                          \
-    failures++;                                     \
-  } while (0)
-
-#define CALL(rank, call)                                                                   \
-  do {                                                                                     \
-    ncclResult_t r_ = (call);                                                              \
-    if (r_ != ncclSuccess) {                                                               \
-      FAIL(rank, "%s returned %d (%s): %s", #call, (int)r_, ncclGetErrorString(r_),       \
-           ncclGetLastError(NULL));                                                        \
-      return failures;                                                                     \
-    }                                                                                      \
-  } while (0)
-
-/* Counts elements that differ from `want(i)`, reports the first. */
-#define EXPECT(rank, what, n, got, want)                                                   \
-  do {                                                                                     \
-    long wrong_ = 0;                                                                       \
-    for (long i = 0; i < (long)(n); i++) {                                                 \
-      if ((got) != (want)) {                                                               \
-        if (wrong_ == 0)                                                                   \
-          FAIL(rank, "%s: element %ld is %.17g, expected %.17g", what, i, (double)(got),  \
-               (double)(want));                                                            \
-        wrong_++;                                                                          \
-      }                                                                                    \
-    }                                                                                      \
-    if (wrong_) fprintf(stderr, "rank %d: %s: #wrong %ld\n", rank, what, wrong_);        \
-  } while (0)
 
 /* Every collective and a send/recv ring on one rank. Returns the failed checks. */
 static int run_rank(ncclComm_t comm) {
@@ -175,14 +144,6 @@ static int run_rank(ncclComm_t comm) {
   return failures;
 }
 
-/* One bad call: its code must be `want` and the thread's last error must say something. */
-#define BAD(rank, want, call)                                                                  \
-  do {                                                                                         \
-    ncclResult_t r_ = (call);                                                                  \
-    const char* why_ = ncclGetLastError(NULL);                                                 \
-    if (r_ != (want)) FAIL(rank, "%s returned %d, expected %d (%s)", #call, r_, want, why_);   \
-    else if (why_ == NULL || why_[0] == 0) FAIL(rank, "%s: no ncclGetLastError message", #call); \
-  } while (0)
 
 /* An all-reduce that must work (after a bad call). */
 static int works(ncclComm_t comm, int rank, int n, const char* after) {
@@ -219,16 +180,22 @@ static int run_errors(ncclComm_t comm) {
   if (version != NCCL_VERSION_CODE) FAIL(rank, "version %d, header %d", version, NCCL_VERSION_CODE);
   BAD(rank, ncclInvalidArgument, ncclGetVersion(NULL));
   ncclComm_t child = NULL;
-  BAD(rank, ncclInvalidUsage, ncclCommSplit(comm, 0, rank, &child, NULL));
-  if (strstr(ncclGetLastError(NULL), "ncclCommSplit") == NULL)
+  BAD(rank, ncclInvalidArgument, ncclCommSplit(comm, -5, rank, &child, NULL));
+  BAD(rank, ncclInvalidArgument, ncclCommSplit(comm, 0, rank, NULL, NULL));
+  failures += works(comm, rank, n, "all-reduce after refused splits");
+  BAD(rank, ncclInvalidUsage, ncclCommInitRankScalable(&child, n, rank, 1, &the_id, NULL));
+  if (strstr(ncclGetLastError(NULL), "ncclCommInitRankScalable") == NULL)
     FAIL(rank, "the unimplemented call is not named: %s", ncclGetLastError(NULL));
   void* mem = NULL;
   BAD(rank, ncclInvalidUsage, ncclMemAlloc(&mem, 4096));
   failures += works(comm, rank, n, "all-reduce after unimplemented calls");
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
+  config.blocking = 7;
   ncclComm_t other = NULL;
-  BAD(rank, ncclInvalidUsage, ncclCommInitRankConfig(&other, n, the_id, rank, &config));
+  BAD(rank, ncclInvalidArgument, ncclCommInitRankConfig(&other, n, the_id, rank, &config));
+  config.blocking = 0;
+  config.magic = 0;
+  BAD(rank, ncclInvalidArgument, ncclCommInitRankConfig(&other, n, the_id, rank, &config));
   ncclUniqueId junk;
   memset(&junk, 'j', sizeof junk);
   BAD(rank, ncclInvalidArgument, ncclCommInitRank(&other, n, junk, rank));
@@ -259,40 +226,9 @@ static int one_rank(int rank) {
   return failures;
 }
 
-static void* thread_main(void* arg) {
-  return (void*)(intptr_t)one_rank((int)(intptr_t)arg);
-}
+static int as_threads(void) { return run_as_threads(nranks, one_rank); }
 
-static int as_threads(void) {
-  pthread_t t[MAX_RANKS];
-  int failures = 0;
-  for (int r = 0; r < nranks; r++) pthread_create(&t[r], NULL, thread_main, (void*)(intptr_t)r);
-  for (int r = 0; r < nranks; r++) {
-    void* f;
-    pthread_join(t[r], &f);
-    failures += (int)(intptr_t)f;
-  }
-  return failures;
-}
-
-static int as_processes(void) {
-  pid_t pid[MAX_RANKS];
-  for (int r = 0; r < nranks; r++) {
-    pid[r] = fork();
-    if (pid[r] == 0) _exit(one_rank(r) ? 1 : 0);
-    if (pid[r] < 0) return 1;
-  }
-  int failures = 0;
-  for (int r = 0; r < nranks; r++) {
-    int status = 0;
-    waitpid(pid[r], &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      fprintf(stderr, "rank %d (process) failed, status %#x\n", r, status);
-      failures++;
-    }
-  }
-  return failures;
-}
+static int as_processes(void) { return run_as_processes(nranks, one_rank, -1); }
 
 /* A grouped all-reduce and a grouped ring over `n` ranks, all driven from this thread. */
 static int drive_all(ncclComm_t* comms, int n, const char* how) {
@@ -360,16 +296,8 @@ static int single_thread(void) {
 }
 
 int main(int argc, char** argv) {
-  setvbuf(stdout, NULL, _IONBF, 0);
-  if (argc != 3 || (nranks = atoi(argv[2])) < 1 || nranks > MAX_RANKS) {
-    fprintf(stderr, "usage: %s procs|commid|threads|single|errors <ranks 1..%d>\n", argv[0],
-            MAX_RANKS);
-    return 2;
-  }
-  if (ncclGetUniqueId(&the_id) != ncclSuccess) {
-    fprintf(stderr, "ncclGetUniqueId: %s\n", ncclGetLastError(NULL));
-    return 1;
-  }
+  int started = start_program(argc, argv, "procs|commid|threads|single|errors", MAX_RANKS, &nranks, &the_id);
+  if (started) return started;
   const char* mode = argv[1];
   int failures;
   body = run_rank;
