@@ -7,11 +7,12 @@
  *
  * What runs (see the README section "Using symcomm as NCCL"): communicator creation
  * (ncclGetUniqueId, ncclCommInitRank, ncclCommInitRankConfig, blocking and non-blocking,
- * ncclCommInitAll, ncclCommSplit), destruction (ncclCommFinalize, ncclCommDestroy, ncclCommAbort), queries
- * (ncclCommCount, ncclCommCuDevice, ncclCommUserRank, ncclCommGetAsyncError), errors
- * (ncclGetErrorString, ncclGetLastError), the collectives ncclAllReduce, ncclBroadcast,
- * ncclBcast, ncclReduce, ncclAllGather, ncclReduceScatter, ncclAlltoAll, point-to-point
- * ncclSend / ncclRecv, and groups (ncclGroupStart / ncclGroupEnd).
+ * ncclCommInitAll, ncclCommSplit), destruction (ncclCommFinalize, ncclCommDestroy,
+ * ncclCommAbort), queries (ncclCommCount, ncclCommCuDevice, ncclCommUserRank,
+ * ncclCommGetAsyncError), errors (ncclGetErrorString, ncclGetLastError), the collectives
+ * ncclAllReduce, ncclBroadcast, ncclBcast, ncclReduce, ncclAllGather, ncclReduceScatter,
+ * ncclAlltoAll, pre-multiplied sums (ncclRedOpCreatePreMulSum, ncclRedOpDestroy),
+ * point-to-point ncclSend / ncclRecv, and groups (ncclGroupStart / ncclGroupEnd).
  *
  * Every other function declared here exists in the library and returns ncclInvalidUsage, with
  * ncclGetLastError() naming it: nothing succeeds without doing its work.
@@ -197,6 +198,16 @@ ncclResult_t ncclCommCount(const ncclComm_t comm, int* count);
 ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device);
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank);
 
+/* --- Reduction ops ------------------------------------------------------------------------ */
+
+/* A pre-multiplied sum on `comm`: each rank's input times that rank's `scalar` (one element of
+ * `datatype`: copied now for ncclScalarHostImmediate, read from device memory by every call for
+ * ncclScalarDevice), then summed. Usable by the reductions of `comm` on `datatype` until
+ * ncclRedOpDestroy. *op is written on success only. */
+ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
+                                      ncclScalarResidence_t residence, ncclComm_t comm);
+ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm);
+
 /* --- Collectives (counts in elements; in place when the buffers coincide as NCCL defines) -- */
 
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
@@ -248,10 +259,6 @@ ncclResult_t ncclMemAlloc(void** ptr, size_t size);
 ncclResult_t ncclMemFree(void* ptr);
 ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle);
 ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle);
-ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
-                                      ncclScalarResidence_t residence, ncclComm_t comm);
-ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm);
-
 #ifdef __cplusplus
 }
 #endif

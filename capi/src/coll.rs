@@ -2,12 +2,14 @@
 //! call itself, nothing queued), then runs at once or, inside a group, at `ncclGroupEnd`.
 
 use std::ffi::{c_int, c_void};
+use std::sync::Arc;
 
 use symcomm::{BufferRef, DataType, RedOp};
 
 use crate::comm::{self, Comm};
 use crate::error::{Fail, guard};
 use crate::group;
+use crate::premul::{FIRST_OP, PreMul};
 use crate::types::{CommPtr, NcclResult, data_type, rank_arg, red_op};
 
 /// A collective's kind (NCCL's set that symcomm runs).
@@ -42,6 +44,8 @@ pub(crate) enum Work {
         count: usize,
         dtype: DataType,
         op: RedOp,
+        /// A pre-multiplied sum's op (`op` is then `Sum`).
+        premul: Option<Arc<PreMul>>,
         root: u32,
         stream: usize,
     },
@@ -82,6 +86,7 @@ pub(crate) fn run(comm: &Comm, work: Vec<Work>) -> Result<(), Fail> {
                 count,
                 dtype,
                 op,
+                premul,
                 root,
                 stream,
             } => {
@@ -100,23 +105,33 @@ pub(crate) fn run(comm: &Comm, work: Vec<Work>) -> Result<(), Fail> {
                     recv
                 };
                 let (sbytes, rbytes) = (bytes(count, dtype, sb)?, bytes(count, dtype, rb)?);
-                // SAFETY: NCCL's contract: the buffers hold `count` elements per block on this
-                // rank's device (host memory on the emulator) and stay allocated, untouched by
-                // other work, until the stream has run the call.
-                let (s, r) = unsafe {
-                    (
-                        BufferRef::from_raw(send, sbytes),
-                        BufferRef::from_raw(recv, rbytes),
-                    )
-                };
                 let c = &comm.inner;
-                comm.on_stream(stream, |st| match kind {
-                    Kind::AllReduce => c.all_reduce(s, r, count, dtype, op, st),
-                    Kind::Broadcast => c.broadcast(s, r, count, dtype, root, st),
-                    Kind::Reduce => c.reduce(s, r, count, dtype, op, root, st),
-                    Kind::AllGather => c.all_gather(s, r, count, dtype, st),
-                    Kind::ReduceScatter => c.reduce_scatter(s, r, count, dtype, op, st),
-                    Kind::AllToAll => c.all_to_all(s, r, count, dtype, st),
+                comm.on_stream(stream, |st| {
+                    let send = match &premul {
+                        Some(p) => {
+                            // SAFETY: NCCL's contract, as below, for the send buffer.
+                            unsafe { comm.premul.scale(comm, p, send, count as u64 * sb, st) }?
+                        }
+                        None => send,
+                    };
+                    // SAFETY: NCCL's contract: the buffers hold `count` elements per block on
+                    // this rank's device (host memory on the emulator) and stay allocated,
+                    // untouched by other work, until the stream has run the call (the scratch
+                    // buffer of a pre-multiplied sum lives as long as the communicator).
+                    let (s, r) = unsafe {
+                        (
+                            BufferRef::from_raw(send, sbytes),
+                            BufferRef::from_raw(recv, rbytes),
+                        )
+                    };
+                    Ok(match kind {
+                        Kind::AllReduce => c.all_reduce(s, r, count, dtype, op, st),
+                        Kind::Broadcast => c.broadcast(s, r, count, dtype, root, st),
+                        Kind::Reduce => c.reduce(s, r, count, dtype, op, root, st),
+                        Kind::AllGather => c.all_gather(s, r, count, dtype, st),
+                        Kind::ReduceScatter => c.reduce_scatter(s, r, count, dtype, op, st),
+                        Kind::AllToAll => c.all_to_all(s, r, count, dtype, st),
+                    }?)
                 })?;
             }
             p @ Work::P2p { .. } => p2p.push(p),
@@ -154,7 +169,7 @@ pub(crate) fn run(comm: &Comm, work: Vec<Work>) -> Result<(), Fail> {
         }
     }
     comm.on_stream(stream, |st| {
-        comm.inner.group(st, |g| {
+        Ok(comm.inner.group(st, |g| {
             ops.iter()
                 .try_for_each(|&(is_send, buf, count, dtype, peer)| {
                     if is_send {
@@ -163,7 +178,7 @@ pub(crate) fn run(comm: &Comm, work: Vec<Work>) -> Result<(), Fail> {
                         g.recv(buf, count, dtype, peer)
                     }
                 })
-        })
+        })?)
     })
 }
 
@@ -210,7 +225,20 @@ impl Args {
 fn collective(kind: Kind, a: Args, comm: CommPtr, stream: *mut c_void) -> Result<(), Fail> {
     submit(comm, |c| {
         let dtype = data_type(a.dtype)?;
-        let op = red_op(a.op)?;
+        let (op, premul) = if a.op >= FIRST_OP {
+            let p = c.premul.find(a.op)?;
+            if p.dtype != dtype {
+                return Err(Fail::invalid_argument(format!(
+                    "reduction op {} was made for {}, the call is on {}",
+                    a.op,
+                    p.dtype.name(),
+                    dtype.name()
+                )));
+            }
+            (RedOp::Sum, Some(p))
+        } else {
+            (red_op(a.op)?, None)
+        };
         let n = c.inner.nranks();
         let root = rank_arg("root", a.root, n)?;
         let (sb, rb) = kind.blocks(u64::from(n));
@@ -222,6 +250,7 @@ fn collective(kind: Kind, a: Args, comm: CommPtr, stream: *mut c_void) -> Result
             count: a.count,
             dtype,
             op,
+            premul,
             root,
             stream: stream as usize,
         })

@@ -12,6 +12,7 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 use symcomm::{Backend, Communicator, Stream};
 
 use crate::error::Fail;
+use crate::premul::PreMulState;
 use crate::types::CommPtr;
 
 /// One rank's communicator as C sees it.
@@ -24,6 +25,8 @@ pub(crate) struct Comm {
     finalized: AtomicBool,
     /// Made with `config.blocking` = 1 (or undefined): what its splits inherit without a config.
     blocking: bool,
+    /// Its pre-multiplied-sum ops.
+    pub(crate) premul: PreMulState,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -37,6 +40,7 @@ impl Comm {
             streams: Mutex::new(Vec::new()),
             finalized: AtomicBool::new(false),
             blocking,
+            premul: PreMulState::default(),
         }
     }
 
@@ -57,7 +61,7 @@ impl Comm {
     pub(crate) fn on_stream(
         &self,
         raw: usize,
-        work: impl FnOnce(&Stream) -> symcomm::Result<()>,
+        work: impl FnOnce(&Stream) -> Result<(), Fail>,
     ) -> Result<(), Fail> {
         let mut streams = lock(&self.streams);
         let key = if self.is_emu() { 0 } else { raw };

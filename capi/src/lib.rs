@@ -9,7 +9,7 @@
 //! FFI guard every entry point runs in), `comm.rs` (the communicator handles and their
 //! streams), `device.rs` (which device a new communicator uses), `create.rs` (making
 //! communicators: from ids or splits, blocking or not), `init.rs` (ids, the init calls,
-//! destruction, queries), `coll.rs` (collectives and send/recv), `group.rs` (groups: what a
+//! destruction, queries), `coll.rs` (collectives and send/recv), `premul.rs` (pre-multiplied sums), `group.rs` (groups: what a
 //! call inside one defers, and how `ncclGroupEnd` runs it), `unimplemented.rs` (the exported
 //! names that return `ncclInvalidUsage` until they are implemented).
 //!
@@ -27,6 +27,7 @@ mod device;
 mod error;
 mod group;
 mod init;
+mod premul;
 mod types;
 mod unimplemented;
 mod version;

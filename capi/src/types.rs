@@ -83,8 +83,8 @@ pub(crate) fn data_type(value: c_int) -> Result<DataType, Fail> {
 /// `ncclRedOp_t` → [`RedOp`].
 ///
 /// # Errors
-/// `ncclInvalidArgument` for another value (ops made by `ncclRedOpCreatePreMulSum` included:
-/// that function is not implemented, so no such op exists).
+/// `ncclInvalidArgument` for another value (the ops of `ncclRedOpCreatePreMulSum` are looked
+/// up by the communicator that made them, `premul.rs`).
 pub(crate) fn red_op(value: c_int) -> Result<RedOp, Fail> {
     Ok(match value {
         0 => RedOp::Sum,

@@ -55,8 +55,6 @@ not_implemented!(
     ncclMemAlloc,
     ncclMemFree,
     ncclPutSignal,
-    ncclRedOpCreatePreMulSum,
-    ncclRedOpDestroy,
     ncclSignal,
     ncclWaitSignal,
     ncclWinGetUserPtr,

@@ -210,6 +210,11 @@ fn a_killed_peer_fails_the_others_within_a_bound_and_abort_returns_at_once() {
 }
 
 #[test]
+fn pre_multiplied_sums_scale_each_rank_by_its_own_scalar() {
+    run("premul", &["threads", "3"]);
+}
+
+#[test]
 fn bad_arguments_return_their_codes_and_the_communicator_goes_on() {
     run("collectives", &["errors", "2"]);
 }
