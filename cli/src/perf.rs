@@ -82,11 +82,11 @@ mod report;
 mod values;
 
 use bench::run_rank;
-use plan::{Failure, Request};
+use plan::{Failure, Request, TestResult};
 use report::Summary;
 
-/// Exit status for bad arguments.
-const USAGE_ERROR: u8 = 2;
+/// nccl-tests' testInvalidUsage: the exit status for bad arguments.
+pub(crate) const INVALID_USAGE: u8 = TestResult::InvalidUsage as u8;
 /// Most ranks `-t` starts.
 const MAX_THREAD_RANKS: u32 = 1024;
 
@@ -108,8 +108,10 @@ impl BufferKind {
     }
 }
 
-/// `symcomm perf` options (nccl-tests' letters and meanings).
+/// `symcomm perf` options (nccl-tests' letters and meanings). As with nccl-tests' getopt, an
+/// option given twice takes its last value.
 #[derive(Debug, clap::Args)]
+#[command(args_override_self = true)]
 pub(crate) struct PerfArgs {
     /// all_reduce, all_gather, reduce_scatter, broadcast, reduce, scatter, all_to_all or
     /// sendrecv (nccl-tests names such as `alltoall` and `all_reduce_perf` work too).
@@ -133,7 +135,7 @@ pub(crate) struct PerfArgs {
     #[arg(short = 'i', long = "stepbytes", value_name = "BYTES", value_parser = parse_size)]
     stepbytes: Option<u64>,
 
-    /// Timed calls per size [default: 20 on CUDA, 3 on the emulator].
+    /// Timed iterations per size [default: 20 on CUDA, 3 on the emulator].
     #[arg(
         short = 'n',
         long = "iters",
@@ -142,10 +144,30 @@ pub(crate) struct PerfArgs {
     )]
     iters: Option<u32>,
 
-    /// Warm-up calls at the largest and at the smallest size [default: 5 on CUDA, 1 on the
-    /// emulator].
+    /// Calls per timed iteration (nccl-tests' aggregated iterations; symcomm has no group
+    /// fusion of collectives, so they are enqueued back to back); time is per call.
+    #[arg(
+        short = 'm',
+        long = "agg_iters",
+        value_name = "N",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    agg_iters: u32,
+
+    /// Warm-up calls at every power-of-two multiple of -b up to -e [default: 5 on CUDA, 1 on
+    /// the emulator].
     #[arg(short = 'w', long = "warmup_iters", value_name = "N")]
     warmup: Option<u32>,
+
+    /// Run the whole sweep N times, a table section each; 0 runs until interrupted.
+    #[arg(
+        short = 'N',
+        long = "run_cycles",
+        value_name = "N",
+        default_value_t = 1
+    )]
+    run_cycles: u32,
 
     /// Correctness checks per size and placement; 0 turns checking off (#wrong shows N/A).
     #[arg(short = 'c', long = "check", value_name = "N", default_value_t = 1)]
@@ -165,9 +187,62 @@ pub(crate) struct PerfArgs {
     )]
     dtype: String,
 
-    /// Root rank of broadcast, reduce and scatter.
-    #[arg(short = 'r', long = "root", value_name = "RANK", default_value_t = 0)]
-    root: u32,
+    /// Root rank of broadcast, reduce and scatter; -1 runs the sweep once per root, each in
+    /// turn.
+    #[arg(
+        short = 'r',
+        long = "root",
+        value_name = "RANK",
+        default_value_t = 0,
+        allow_negative_numbers = true,
+        value_parser = clap::value_parser!(i64).range(-1..=i64::from(u32::MAX))
+    )]
+    root: i64,
+
+    /// 0: no waits; 1: wait for each call and a barrier; 2: wait for each call; 3: wait and a
+    /// barrier after each iteration (-n), the barrier outside the time.
+    #[arg(
+        short = 'z',
+        long = "blocking",
+        value_name = "0..3",
+        default_value_t = 0,
+        value_parser = clap::value_parser!(u8).range(0..=3)
+    )]
+    blocking: u8,
+
+    /// Capture the timed calls (and each check's call) in a graph and launch it N times; the
+    /// time is per call of all launches. 0: no graph.
+    #[arg(short = 'G', long = "cudagraph", value_name = "N", default_value_t = 0)]
+    graph_launches: u32,
+
+    /// 1: the time columns report the CPU time of enqueuing the calls (`cputime`) instead.
+    #[arg(
+        short = 'C',
+        long = "report_cputime",
+        value_name = "0|1",
+        default_value_t = 0
+    )]
+    report_cputime: u32,
+
+    /// How the ranks' times combine: 0 rank 0's, 1 the mean, 2 the minimum, 3 the maximum.
+    #[arg(
+        short = 'a',
+        long = "average",
+        value_name = "0..3",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u8).range(0..=3)
+    )]
+    average: u8,
+
+    /// Also write nccl-tests' JSON report to FILE (which must end in .json; an existing file
+    /// is kept and FILE.0, FILE.1, ... used instead), the table still printed.
+    #[arg(short = 'J', long = "output_file", value_name = "FILE")]
+    output_file: Option<std::path::PathBuf>,
+
+    /// GPUs per rank: only 1 (every rank drives one GPU; use -t or `symcomm launch` for more
+    /// ranks).
+    #[arg(short = 'g', long = "ngpus", value_name = "1", default_value_t = 1)]
+    ngpus: u32,
 
     /// Ranks as threads of this process (ignored when a launcher started it).
     #[arg(
@@ -182,6 +257,11 @@ pub(crate) struct PerfArgs {
     /// Symmetric windows (zero-copy) or ordinary device buffers (staged copies).
     #[arg(long, value_enum, value_name = "KIND", default_value = "window")]
     buffers: BufferKind,
+
+    /// Append an `algo` column (the algorithm chosen for each size) to the table; without it
+    /// the rows have exactly nccl-tests' 13 columns.
+    #[arg(long)]
+    algo_column: bool,
 
     /// Print one JSON document on stdout instead of the table.
     #[arg(long)]
@@ -227,7 +307,7 @@ pub(crate) fn run(args: &PerfArgs) -> ExitCode {
         Ok(r) => r,
         Err(msg) => {
             eprintln!("symcomm perf: {msg}");
-            return ExitCode::from(USAGE_ERROR);
+            return ExitCode::from(TestResult::InvalidUsage as u8);
         }
     };
     let device = match args.device.as_deref() {
@@ -238,7 +318,7 @@ pub(crate) fn run(args: &PerfArgs) -> ExitCode {
         Ok(d) => d,
         Err(e) => {
             eprintln!("symcomm perf: {e}");
-            return ExitCode::from(USAGE_ERROR);
+            return ExitCode::from(TestResult::InvalidUsage as u8);
         }
     };
     let results: Vec<(u32, Result<Summary, Failure>)> = if launched() {
@@ -286,8 +366,10 @@ fn run_threads(req: &Request, nranks: u32, device: Device) -> Vec<(u32, Result<S
                 let result = match h {
                     Ok(h) => h
                         .join()
-                        .unwrap_or_else(|_| Err(Failure::Run("rank thread panicked".into()))),
-                    Err(e) => Err(Failure::Run(format!("cannot start a rank thread: {e}"))),
+                        .unwrap_or_else(|_| Err(Failure::internal("rank thread panicked"))),
+                    Err(e) => Err(Failure::internal(format!(
+                        "cannot start a rank thread: {e}"
+                    ))),
                 };
                 (r as u32, result)
             })
@@ -295,39 +377,62 @@ fn run_threads(req: &Request, nranks: u32, device: Device) -> Vec<(u32, Result<S
     })
 }
 
-/// The exit status from every (local) rank's outcome; prints the errors.
+/// The exit status from every (local) rank's outcome (nccl-tests' `testResult_t`); prints the
+/// errors.
 fn finish(req: &Request, results: Vec<(u32, Result<Summary, Failure>)>) -> ExitCode {
     let mut usage = None;
-    let mut failed = false;
-    let mut wrong = false;
+    let mut failures = Vec::new();
+    let mut summary = None;
     for (rank, r) in &results {
         match r {
-            Ok(s) => {
-                if s.out_of_bounds() > 0 {
-                    wrong = true;
-                }
-            }
+            Ok(s) => summary = summary.or(Some(s)),
             Err(Failure::Usage(msg)) => usage = Some(msg.clone()),
-            Err(Failure::Run(msg)) => {
+            Err(Failure::Run(code, msg)) => {
                 eprintln!("symcomm perf: rank {rank}: {msg}");
-                failed = true;
+                failures.push(*code);
             }
         }
     }
-    if let Some(msg) = usage {
+    if let Some(msg) = &usage {
         eprintln!("symcomm perf: {msg}");
-        return ExitCode::from(USAGE_ERROR);
     }
-    if failed {
-        return ExitCode::FAILURE;
+    let code = status(
+        usage.is_some(),
+        &failures,
+        summary.map(|s| (s.out_of_bounds(), s.bandwidth_ok(req.min_bw))),
+    );
+    if code == TestResult::NumResults && !req.json {
+        eprintln!(
+            "symcomm perf: wrong results (see #wrong) or bus bandwidth below NCCL_TESTS_MIN_BW"
+        );
     }
-    if wrong {
-        if !req.json {
-            eprintln!("symcomm perf: wrong results (see #wrong)");
-        }
-        return ExitCode::FAILURE;
+    ExitCode::from(code as u8)
+}
+
+/// The exit status: bad arguments; else the first failure that is not a consequence of another
+/// rank's (the communicator's errors come last: a rank that fails aborts its communicator, and
+/// the others then fail with it); else wrong results or a bandwidth below the bound
+/// (`testNumResults`); else success.
+fn status(
+    usage: bool,
+    failures: &[TestResult],
+    results: Option<(u32, Option<bool>)>,
+) -> TestResult {
+    if usage {
+        return TestResult::InvalidUsage;
     }
-    ExitCode::SUCCESS
+    if let Some(&code) = failures
+        .iter()
+        .find(|c| **c != TestResult::NcclError)
+        .or(failures.first())
+    {
+        return code;
+    }
+    match results {
+        Some((0, None | Some(true))) => TestResult::Success,
+        Some(_) => TestResult::NumResults,
+        None => TestResult::InternalError,
+    }
 }
 
 #[cfg(test)]
@@ -344,5 +449,60 @@ mod tests {
         assert_eq!(parse_size("2G"), Ok(2 << 30));
         assert!(parse_size("x").is_err());
         assert!(parse_size("").is_err());
+    }
+
+    /// nccl-tests' exit codes: testInvalidUsage 6, the failure's own class before the
+    /// communicator errors it causes elsewhere, testNumResults 7 for #wrong > 0 or a bandwidth
+    /// below NCCL_TESTS_MIN_BW.
+    #[test]
+    fn exit_codes() {
+        use TestResult as T;
+        assert_eq!(status(false, &[], Some((0, None))), T::Success);
+        assert_eq!(status(false, &[], Some((0, Some(true)))), T::Success);
+        assert_eq!(status(false, &[], Some((2, None))), T::NumResults);
+        assert_eq!(status(false, &[], Some((0, Some(false)))), T::NumResults);
+        assert_eq!(status(true, &[T::NcclError], None), T::InvalidUsage);
+        assert_eq!(status(false, &[T::NcclError, T::Timeout], None), T::Timeout);
+        assert_eq!(
+            status(false, &[T::NcclError, T::NcclError], None),
+            T::NcclError
+        );
+        assert_eq!(
+            status(false, &[T::CudaError], Some((0, None))),
+            T::CudaError
+        );
+        assert_eq!(status(false, &[], None), T::InternalError);
+        assert_eq!(
+            [
+                T::Success,
+                T::InternalError,
+                T::CudaError,
+                T::NcclError,
+                T::Timeout
+            ]
+            .map(|t| t as u8),
+            [0, 1, 2, 3, 4]
+        );
+        assert_eq!(
+            [T::NotImplemented, T::InvalidUsage, T::NumResults].map(|t| t as u8),
+            [5, 6, 7]
+        );
+        let timeout = symcomm::Error::HostTimeout {
+            rank: 0,
+            what: "barrier".into(),
+            timeout_ms: 1,
+        };
+        assert_eq!(T::of(&timeout), T::Timeout);
+        assert_eq!(
+            T::of(&symcomm::Error::InvalidArgument("x".into())),
+            T::NcclError
+        );
+        assert_eq!(
+            T::of(&symcomm::Error::Cuda {
+                call: "cuInit",
+                error: "CUDA_ERROR_NO_DEVICE".into()
+            }),
+            T::CudaError
+        );
     }
 }
