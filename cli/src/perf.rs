@@ -10,26 +10,43 @@
 //!   torchrun or mpirun (`RANK`, `OMPI_COMM_WORLD_RANK` or `PMI_RANK` set), the process is one
 //!   rank of that job (`-t` is ignored) and only rank 0 prints. `--device emu|cuda|cuda:N|auto`
 //!   (default `SYMCOMM_DEVICE`, else `auto`: a GPU when there is one, else the emulator).
+//! - **Options** are nccl-tests v2.19's letters and meanings; an option given twice takes its
+//!   last value (getopt's rule). `-g` must be 1: each rank drives one GPU (more ranks: `-t`, or
+//!   processes through `symcomm launch`).
 //! - **Sizes.** `-b` to `-e` bytes (K, M, G suffixes = powers of 1024), times `-f` per step, or
 //!   plus `-i` bytes when `-f` is 1 or absent and `-i` is given (nccl-tests' rule). The size `S`
 //!   of a row is nccl-tests': the larger of the send and receive buffers (all-gather: the
 //!   gathered output; reduce-scatter, scatter: the scattered input; all-to-all: one rank's
-//!   whole buffer), `count` the per-rank parameter passed to the call (`S / typesize / nranks`
-//!   for those four), so sizes that do not divide evenly are rounded down as nccl-tests does.
+//!   whole buffer), `count` the per-rank parameter passed to the call. For those four, as
+//!   nccl-tests' `getCollByteCount`, `count = S / typesize / nranks` rounded down to a multiple
+//!   of `16 / typesize` (16 bytes per rank's block), and `S = count · nranks · typesize`.
 //!   Defaults: CUDA `-b 8 -e 256M -f 2 -n 20 -w 5`; emulator `-b 8 -e 1M -f 4 -n 3 -w 1` (the
 //!   emulator runs kernels on CPU threads; this sweep takes about a second with 4 ranks on 2
 //!   cores). A default `-e` below an explicit `-b` is raised to it (and a default `-b` above an
 //!   explicit `-e` lowered); an explicit `-b` above an explicit `-e` is an error.
+//! - **Roots.** `-r R` (default 0) for broadcast, reduce and scatter; `-r -1` runs the whole
+//!   sweep once per root, roots in turn (a row each, the `root` column telling them apart).
+//!   Types (`-d all`), then ops (`-o all`), then roots, each with its own warm-up, as nccl-tests
+//!   loops. `-N C` repeats the sweep C times (0: until interrupted).
 //! - **Buffers.** `--buffers window` (default): symmetric windows, the zero-copy path;
 //!   `--buffers device`: ordinary device memory, through the communicator's staging windows.
-//!   Both are allocated once for the largest size; in place uses the receive buffer with NCCL's
-//!   offsets (all-gather: send = recv + rank·count; reduce-scatter, scatter: recv = send +
-//!   rank·count; the others: the same memory).
-//! - **Timing** (nccl-tests' `BenchTime`). Per `-d`/`-o` combination, `-w` warm-up calls at the
-//!   largest and at the smallest size. Per size, out of place then in place: one untimed call,
-//!   a host barrier, then `-n` calls back to back and a stream synchronize; time = elapsed / n,
-//!   averaged over the ranks (nccl-tests' default `-a 1`). algbw = S / time (GB = 1e9 B),
-//!   busbw = algbw × nccl-tests' factor ([`Collective::bus_factor`]).
+//!   Both are allocated once, `-e` bytes; in place uses the receive buffer with NCCL's offsets
+//!   (all-gather: send = recv + rank·count; reduce-scatter, scatter: recv = send + rank·count;
+//!   the others: the same memory). Call number i of a row (and warm-up call i) moves both
+//!   buffers by `T · (i mod ⌊-e / T⌋)` bytes, T the call's larger buffer (nccl-tests' rotation
+//!   against cache effects); the untimed call before the timing and the checks use offset 0.
+//! - **Timing** (nccl-tests' `BenchTime`). Per type, op and root, `-w` warm-up calls at every
+//!   size from `-b` doubling up to `-e`. Per size, out of place then in place: one untimed
+//!   call, a host barrier, then `-n` iterations of `-m` calls each (enqueued back to back:
+//!   symcomm has no group fusion of collectives) and a stream synchronize; time = elapsed /
+//!   (n·m). `-z 1`: each call waited for, then a barrier; `-z 2`: each call waited for;
+//!   `-z 3`: each call waited for, and after each iteration a barrier outside the time. `-G K`:
+//!   the n·m calls are captured in a graph (emulator graphs too: the recorded calls queued
+//!   again) launched K times, time = elapsed / (n·m·K); each check's call is also captured and
+//!   replayed, so graphs are checked. `-C 1`: the time columns (`cputime`) show the host time
+//!   of enqueuing the calls (graph launches for `-G`) instead. `-a` combines the ranks' times:
+//!   0 rank 0's, 1 the mean (default), 2 the minimum, 3 the maximum. algbw = S / time
+//!   (GB = 1e9 B), busbw = algbw × nccl-tests' factor ([`Collective::bus_factor`]).
 //! - **Checks** (`-c N`, default 1; 0 turns them off and `#wrong` shows `N/A`). After timing,
 //!   N times: fresh inputs (a new seed each time), the output poisoned, one call, every output
 //!   element compared bit for bit with the value computed here; the first check with errors
@@ -41,25 +58,39 @@
 //!   integers). Float avg is the one inexact result: it must be within 2 ulp of `sum / nranks`
 //!   (nccl-tests' tolerance); integer avg is the sum divided by nranks, truncated. Every type
 //!   of `-d all` is encodable this way, so `-d all` runs all twelve (`-o all` all five ops).
-//!   Only the root's output of reduce is checked. `#wrong` sums the mismatching elements over
-//!   the ranks.
-//! - **Aggregation.** Each rank's time and `#wrong` are summed over the ranks with an
-//!   all-reduce (u64 sum) on a small window — with threads too, so a failing rank aborts its
-//!   communicator and the others stop with an error instead of waiting forever. Rank 0 checks
-//!   that the sums are not below its own figures.
+//!   Reduce's output on the other ranks than the root must stay untouched (as nccl-tests
+//!   checks): the poison out of place, the rank's own input in place. `#wrong` sums the
+//!   mismatching elements over the ranks.
+//! - **Aggregation.** Each rank's times are combined by `-a` and its `#wrong` summed with
+//!   all-reduces (u64) on a small window — with threads too, so a failing rank aborts its
+//!   communicator and the others stop with an error instead of waiting forever. Every rank
+//!   learns the same figures; rank 0 checks that they are consistent with its own.
 //! - **Output.** `#` lines (run parameters, ranks, backend, buffers), the nccl-tests header,
-//!   one row per size with one extra trailing column `algo` (the algorithm symcomm's model, or
-//!   `SYMCOMM_ALGO`, chose for that size), then `# Out of bounds values : N OK|FAILED` (N = the
-//!   number of out-of-place / in-place results with errors) and `# Avg bus bandwidth    : X`
-//!   (the mean busbw over every row, both columns). `--json` prints one JSON document on stdout
-//!   instead: `{"collective", "nranks", "mode", "backend", "buffers", "dtype", "op", "root",
+//!   one row per size with nccl-tests' 13 columns (`--algo-column` appends `algo`: the
+//!   algorithm symcomm's model, or `SYMCOMM_ALGO`, chose for that size), then
+//!   `# Out of bounds values : N OK|FAILED` (N = the number of out-of-place / in-place results
+//!   with errors), `# Avg bus bandwidth    : X` (the mean busbw over every row, both columns;
+//!   ` OK` or ` FAILED` appended when `NCCL_TESTS_MIN_BW` is set) and
+//!   `# Collective test concluded: ...`. `--json` prints one JSON document on stdout instead:
+//!   `{"collective", "nranks", "mode", "backend", "buffers", "dtype", "op", "root",
 //!   "rows": [{"size", "count", "type", "redop", "root", "out_of_place": {"time_us", "algbw",
 //!   "busbw", "wrong"}, "in_place": {..}, "algorithm"}], "avg_busbw", "out_of_bounds",
-//!   "wrong"}` (`wrong` null when checks are off; `root` -1 and `redop` "none" where they do not
-//!   apply, as in the table).
-//! - **Exit status.** 0; 1 when any element is wrong or any call fails (the error is printed,
-//!   prefixed with the rank); 2 for bad arguments (unknown collective, type or op, `-b` above
-//!   `-e`, a root out of range).
+//!   "wrong", "min_bw_ok"}` (`wrong` null when checks are off; `root` -1 and `redop` "none"
+//!   where they do not apply, as in the table; `min_bw_ok` only with `NCCL_TESTS_MIN_BW`).
+//!   `-J FILE.json` writes nccl-tests' JSON report (format version 3: `config`, `results` with
+//!   `out_of_place` / `in_place` `{time|cpu_time, alg_bw, bus_bw, nwrong}`,
+//!   `out_of_bounds`, `average_bus_bandwidth`, `errors`, UTC `start_time` / `end_time`) beside
+//!   the table; an existing file is kept and `FILE.json.0`, `.1`, ... used, as nccl-tests
+//!   does. Its `env` lists the `NCCL_*`, `SYMCOMM_*` and `CUDA_*` variables only, with
+//!   `SYMCOMM_ID` and `SYMCOMM_SECRET` redacted (they carry the rendezvous secret);
+//!   `nccl_version` is 0 (no NCCL library is involved).
+//! - **Exit status** (nccl-tests' `testResult_t`): 0 success; 1 internal error; 2 device
+//!   (CUDA, NVRTC, emulator) error; 3 communicator error (nccl-tests' NCCL errors: a rank lost
+//!   or aborted, a mismatch, a refused argument, a failed rendezvous); 4 timeout; 5 not
+//!   supported by the backend; 6 bad arguments (nccl-tests itself exits 255 for bad sizes and
+//!   falls back to float / sum for unknown types / ops); 7 (`testNumResults`) when any
+//!   element is wrong or the average bus bandwidth is below 0.9 × `NCCL_TESTS_MIN_BW` GB/s.
+//!   Errors are printed prefixed with the rank.
 //!
 //! The parts: `desc.rs` (what each collective does: the description table), `values.rs` (element
 //! encodings and the values the checks use), `mem.rs` (a buffer: a window or device memory),

@@ -443,7 +443,11 @@ impl Printer {
                 buffers: plan.req.buffers.name(),
                 dtype: &plan.req.dtype_text,
                 op: &plan.req.op_text,
-                root: plan.req.root,
+                root: if plan.req.desc.coll.has_root() {
+                    plan.req.root
+                } else {
+                    -1
+                },
                 rows: &s.rows,
                 avg_busbw: s.avg_busbw(),
                 out_of_bounds: s.out_of_bounds(),
