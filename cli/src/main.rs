@@ -39,18 +39,34 @@ enum Command {
     /// fails, the others get SIGTERM (SIGKILL after --grace-ms) and the launcher exits with the
     /// failing rank's status (128 + S for signal S); 124 after --timeout; 2 for bad arguments.
     Launch(launch::LaunchArgs),
-    /// Benchmark a collective like nccl-tests: the same options (-b -e -f -i -n -w -c -o -d -r),
-    /// the same table (size, count, type, redop, root, then time, algbw, busbw and #wrong out of
-    /// place and in place) and busbw factors, every result checked.
+    /// Benchmark a collective like nccl-tests: the same options (-b -e -f -i -n -m -w -N -c -o
+    /// -d -r -z -G -C -a -J -g), the same table (size, count, type, redop, root, then time,
+    /// algbw, busbw and #wrong out of place and in place) and busbw factors, every result
+    /// checked.
     ///
     /// Ranks are -t threads of this process (default 4), or, under `symcomm launch` / torchrun
-    /// (RANK set), this process is one rank and rank 0 prints. Exits 1 when a result is wrong or
-    /// a call fails, 2 for bad arguments.
+    /// (RANK set), this process is one rank and rank 0 prints. Exit status as nccl-tests'
+    /// testResult_t: 0 success, 1 internal error, 2 device (CUDA/emulator) error, 3
+    /// communicator error, 4 timeout, 5 not implemented, 6 bad arguments, 7 wrong results
+    /// (#wrong > 0) or an average bus bandwidth below 0.9 × NCCL_TESTS_MIN_BW.
+    ///
+    /// nccl-tests options also accepted: -m (calls per iteration), -N (sweeps), -z (blocking),
+    /// -G (graph launches), -C (CPU time), -a (how ranks' times combine), -J (JSON file),
+    /// -g 1, -r -1 (every root); an option given twice takes its last value.
     Perf(perf::PerfArgs),
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // `symcomm perf` exits with nccl-tests' testInvalidUsage (6) for bad arguments, clap's
+        // included; --help and --version print and exit 0 as usual.
+        Err(e) if e.use_stderr() && std::env::args().nth(1).as_deref() == Some("perf") => {
+            let _ = e.print();
+            return ExitCode::from(perf::INVALID_USAGE);
+        }
+        Err(e) => e.exit(),
+    };
     if let Err(e) = log::init() {
         eprintln!("symcomm: logging setup: {e}");
         return ExitCode::from(2);

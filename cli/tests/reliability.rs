@@ -408,7 +408,7 @@ impl Write for Capture {
 /// log event at trace level — and through the `symcomm` binary as a launched rank
 /// (`symcomm perf` with `RANK`, `WORLD_SIZE` and the bad `SYMCOMM_ID`, `SYMCOMM_LOG=trace`: its
 /// stdout and stderr), plus bad `SYMCOMM_SECRET`s through `from_vars` and `symcomm perf`. Every
-/// input must be refused with `InvalidArgument` naming the variable (exit status 1 from
+/// input must be refused with `InvalidArgument` naming the variable (exit status 3 from
 /// `symcomm perf`, its message naming it), and no text may hold 8 consecutive characters of the
 /// secret (a canary checks that the grep finds it in an id's `Display` form).
 fn malformed_ids() -> Outcome {
@@ -488,7 +488,8 @@ fn malformed_ids() -> Outcome {
         seen.push(("log", logged));
         match perf_rank(var, value) {
             Ok((code, out)) => {
-                refused &= code == 1 && out.contains(var);
+                // nccl-tests' testNcclError: the communicator could not be created.
+                refused &= code == 3 && out.contains(var);
                 seen.push(("symcomm perf", out));
             }
             Err(e) => o
@@ -505,7 +506,7 @@ fn malformed_ids() -> Outcome {
         }
         if !refused {
             o.failures.push(format!(
-                "{var}={value:?} was not refused with InvalidArgument naming {var} (exit 1 from \
+                "{var}={value:?} was not refused with InvalidArgument naming {var} (exit 3 from \
                  `symcomm perf`): {seen:?}"
             ));
         }

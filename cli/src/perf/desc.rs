@@ -119,8 +119,9 @@ pub(super) enum Source {
     Reduce { index: u64 },
     /// Rank `rank`'s input element `index`.
     Copy { rank: u32, index: u64 },
-    /// Not specified (reduce's output on other ranks than the root).
-    Unchecked,
+    /// What the buffer held before the call (reduce's output on other ranks than the root:
+    /// NCCL leaves it untouched).
+    Untouched,
 }
 
 impl Desc {
@@ -135,11 +136,18 @@ impl Desc {
         }
     }
 
-    /// The shape of one row: nccl-tests' `getCollByteCount` for a size of `bytes`.
+    /// The shape of one row: nccl-tests' `getCollByteCount` for a size of `bytes`. Per-rank
+    /// blocks (all-gather, reduce-scatter, scatter, all-to-all) hold `bytes / dsize / nranks`
+    /// elements rounded down to a multiple of `16 / dsize` (16 bytes per block).
     pub(super) fn shape(&self, bytes: u64, dsize: u64, nranks: u32) -> Shape {
         let n = u64::from(nranks);
         let (sb, rb) = (Self::blocks(self.send, n), Self::blocks(self.recv, n));
-        let count = bytes / dsize / sb.max(rb);
+        let count = if sb.max(rb) > 1 {
+            let align = (16 / dsize).max(1);
+            bytes / dsize / n / align * align
+        } else {
+            bytes / dsize
+        };
         Shape {
             count,
             send_elems: count * sb,
@@ -165,7 +173,7 @@ impl Desc {
         match self.output {
             Output::Reduced => Source::Reduce { index: j },
             Output::ReducedOnRoot if rank == root => Source::Reduce { index: j },
-            Output::ReducedOnRoot => Source::Unchecked,
+            Output::ReducedOnRoot => Source::Untouched,
             Output::RootsCopy => Source::Copy {
                 rank: root,
                 index: j,
@@ -200,4 +208,51 @@ pub(super) struct Shape {
     pub(super) recv_elems: u64,
     /// The `size` column: max(send, recv) bytes.
     pub(super) bytes: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn desc(c: Collective) -> &'static Desc {
+        Desc::find(c).unwrap()
+    }
+
+    /// nccl-tests' `(count / nranks) & ~(16 / eltSize - 1)` for the per-rank-block collectives.
+    #[test]
+    fn per_rank_counts_trimmed_to_16_bytes() {
+        for c in [
+            Collective::AllGather,
+            Collective::ReduceScatter,
+            Collective::Scatter,
+            Collective::AllToAll,
+        ] {
+            // 4096 B of f32 over 3 ranks: 341 per rank, 340 after trimming.
+            let s = desc(c).shape(4096, 4, 3);
+            assert_eq!((s.count, s.bytes), (340, 340 * 3 * 4), "{}", c.name());
+            // int8: multiples of 16 elements; 100 B over 2 ranks: 50 -> 48.
+            assert_eq!(desc(c).shape(100, 1, 2).count, 48);
+            // double: multiples of 2; 120 B over 5 ranks: 3 -> 2.
+            assert_eq!(desc(c).shape(120, 8, 5).count, 2);
+            // Below 16 bytes per rank: nothing.
+            assert_eq!(desc(c).shape(64, 4, 5).count, 0);
+        }
+        for c in [
+            Collective::AllReduce,
+            Collective::Broadcast,
+            Collective::Reduce,
+        ] {
+            let s = desc(c).shape(4100, 4, 3);
+            assert_eq!((s.count, s.bytes), (1025, 4100));
+        }
+    }
+
+    #[test]
+    fn reduce_leaves_other_ranks_untouched() {
+        let d = desc(Collective::Reduce);
+        assert_eq!(d.source(1, 3, 0, 8, 5), Source::Untouched);
+        assert_eq!(d.source(0, 3, 0, 8, 5), Source::Reduce { index: 5 });
+    }
 }

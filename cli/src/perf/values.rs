@@ -194,9 +194,11 @@ impl Data {
         }
     }
 
-    pub(super) fn expect(&self, src: Source) -> Expect {
+    /// What an output element must hold; `before` is the element's bits before the call (what
+    /// [`Source::Untouched`] elements must still hold).
+    pub(super) fn expect(&self, src: Source, before: u64) -> Expect {
         match src {
-            Source::Unchecked => Expect::Any,
+            Source::Untouched => Expect::Bits(before),
             Source::Copy { rank, index } => Expect::Bits(self.fmt.encode(self.input(rank, index))),
             Source::Reduce { index } => {
                 let vals = (0..self.nranks).map(|r| self.input(r, index));
@@ -260,5 +262,21 @@ mod tests {
         assert_eq!(f32f.encode(-7), u64::from((-7.0f32).to_bits()));
         let bf = Fmt::of(DataType::Bf16).unwrap();
         assert_eq!(bf.encode(5), u64::from(5.0f32.to_bits() >> 16));
+    }
+
+    /// An untouched element (reduce's output off the root) must still hold what it held: a
+    /// write into it counts as wrong.
+    #[test]
+    fn untouched_outputs_must_keep_their_bytes() {
+        let data = Data {
+            fmt: Fmt::of(DataType::F32).unwrap(),
+            dsize: 4,
+            op: Some(RedOp::Sum),
+            nranks: 3,
+            seed: 7,
+        };
+        let want = data.expect(Source::Untouched, 0xA5A5_A5A5);
+        assert!(data.matches(0xA5A5_A5A5, want));
+        assert!(!data.matches(0x4040_0000, want));
     }
 }
