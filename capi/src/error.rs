@@ -80,8 +80,9 @@ pub(crate) fn last() -> *const c_char {
 
 /// Runs entry point `name`'s body: its error becomes the result code and this thread's last
 /// message (`name: message`); a panic (a bug) becomes `ncclInternalError` instead of unwinding
-/// into C.
+/// into C. The first call installs the logging (`NCCL_DEBUG`, `log.rs`).
 pub(crate) fn guard(name: &str, body: impl FnOnce() -> Result<(), Fail>) -> NcclResult {
+    crate::log::ensure_installed();
     let outcome = catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|panic| {
         let what = panic
             .downcast_ref::<&str>()

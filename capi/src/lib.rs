@@ -9,8 +9,9 @@
 //! FFI guard every entry point runs in), `comm.rs` (the communicator handles and their
 //! streams), `device.rs` (which device a new communicator uses), `init.rs` (ids, creation,
 //! destruction, queries), `coll.rs` (collectives and send/recv), `group.rs` (groups: what a
-//! call inside one defers, and how `ncclGroupEnd` runs it), `unimplemented.rs` (the exported
-//! names that return `ncclInvalidUsage` until they are implemented).
+//! call inside one defers, and how `ncclGroupEnd` runs it), `log.rs` (`NCCL_DEBUG*` onto
+//! symcomm's logging), `unimplemented.rs` (the exported names that return `ncclInvalidUsage`
+//! until they are implemented).
 //!
 //! Every entry point validates its arguments and returns a result code; none panics or unwinds
 //! across the boundary, and none returns `ncclSuccess` without having done its work.
@@ -25,6 +26,7 @@ mod device;
 mod error;
 mod group;
 mod init;
+mod log;
 mod types;
 mod unimplemented;
 mod version;

@@ -191,6 +191,12 @@ fn assert_runs_built(
         .env("SYMCOMM_TIMEOUT", "30s")
         .env_remove("NCCL_COMM_ID")
         .env_remove("SYMCOMM_SECRET")
+        .env_remove("SYMCOMM_LOG")
+        .env_remove("SYMCOMM_LOG_SUBSYS")
+        .env_remove("SYMCOMM_LOG_FILE")
+        .env_remove("NCCL_DEBUG")
+        .env_remove("NCCL_DEBUG_SUBSYS")
+        .env_remove("NCCL_DEBUG_FILE")
         .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -394,4 +400,79 @@ fn programs_built_against_nvidias_header_run_on_ours() {
     ] {
         assert_runs_built("collectives", Header::Nvidia, &[mode, n], &[], true);
     }
+}
+
+/// What `tests/c/logging.c` writes on stderr with `env`.
+fn logged(env: &[(&str, &str)]) -> String {
+    assert_runs_built("logging", Header::Ours, &[], env, true).1
+}
+
+/// The line symcomm's init logs at info level, and the version line of `NCCL_DEBUG=VERSION`+.
+const READY: &str = "communicator ready";
+const VERSION_LINE: &str = "NCCL version 2.21.5";
+
+/// `NCCL_DEBUG` sets symcomm's log level: `INFO` shows the init lines and the version line,
+/// `WARN` neither's info lines, `VERSION` the version line only; `SYMCOMM_LOG` takes precedence.
+#[test]
+fn nccl_debug_sets_the_log_level() {
+    let info = logged(&[("NCCL_DEBUG", "INFO")]);
+    assert!(
+        info.contains(READY) && info.contains("symcomm::init"),
+        "{info}"
+    );
+    assert!(info.contains(VERSION_LINE), "{info}");
+    let warn = logged(&[("NCCL_DEBUG", "WARN")]);
+    assert!(!warn.contains(READY) && !warn.contains("INFO"), "{warn}");
+    let version = logged(&[("NCCL_DEBUG", "VERSION")]);
+    assert!(
+        version.contains(VERSION_LINE) && !version.contains(READY),
+        "{version}"
+    );
+    let unset = logged(&[]);
+    assert!(
+        !unset.contains(READY) && !unset.contains(VERSION_LINE),
+        "{unset}"
+    );
+    let overridden = logged(&[("NCCL_DEBUG", "INFO"), ("SYMCOMM_LOG", "warn")]);
+    assert!(!overridden.contains(READY), "{overridden}");
+}
+
+/// `NCCL_DEBUG_SUBSYS` selects symcomm's subsystems (`^` inverts).
+#[test]
+fn nccl_debug_subsys_selects_subsystems() {
+    let not_init = logged(&[("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", "^INIT")]);
+    assert!(!not_init.contains(READY), "{not_init}");
+    let init = logged(&[("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", "INIT,COLL")]);
+    assert!(init.contains(READY), "{init}");
+    let coll = logged(&[("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", "COLL")]);
+    assert!(!coll.contains(READY), "{coll}");
+}
+
+/// `NCCL_DEBUG_FILE` (with `%h` and `%p`) receives the log instead of stderr.
+#[test]
+fn nccl_debug_file_receives_the_log() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("capi-nccl-debug-file");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let pattern = dir.join("nccl.%h.%p.log");
+    let stderr = logged(&[
+        ("NCCL_DEBUG", "INFO"),
+        ("NCCL_DEBUG_FILE", pattern.to_str().unwrap()),
+    ]);
+    assert!(!stderr.contains(READY), "{stderr}");
+    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let name = files[0].file_name().unwrap().to_str().unwrap().to_owned();
+    assert!(
+        name.starts_with("nccl.") && name.ends_with(".log") && !name.contains('%'),
+        "{name}"
+    );
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(
+        text.contains(READY) && text.contains(VERSION_LINE),
+        "{text}"
+    );
 }
