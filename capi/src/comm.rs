@@ -20,6 +20,8 @@ pub(crate) struct Comm {
     /// emulator one queue, under the key 0.
     streams: Mutex<Vec<(usize, Stream)>>,
     finalized: AtomicBool,
+    /// `ncclCommRegister`'s registrations: handle → (address, bytes).
+    registrations: Mutex<HashMap<usize, (u64, usize)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -32,7 +34,18 @@ impl Comm {
             inner,
             streams: Mutex::new(Vec::new()),
             finalized: AtomicBool::new(false),
+            registrations: Mutex::default(),
         }
+    }
+
+    /// Records registration `handle` of `bytes` bytes at `addr`.
+    pub(crate) fn register_buffer(&self, handle: usize, addr: u64, bytes: usize) {
+        lock(&self.registrations).insert(handle, (addr, bytes));
+    }
+
+    /// Ends registration `handle`; `false` when this communicator has none of that handle.
+    pub(crate) fn deregister_buffer(&self, handle: usize) -> bool {
+        lock(&self.registrations).remove(&handle).is_some()
     }
 
     pub(crate) fn is_emu(&self) -> bool {

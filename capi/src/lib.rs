@@ -9,7 +9,8 @@
 //! FFI guard every entry point runs in), `comm.rs` (the communicator handles and their
 //! streams), `device.rs` (which device a new communicator uses), `init.rs` (ids, creation,
 //! destruction, queries), `coll.rs` (collectives and send/recv), `group.rs` (groups: what a
-//! call inside one defers, and how `ncclGroupEnd` runs it), `log.rs` (`NCCL_DEBUG*` onto
+//! call inside one defers, and how `ncclGroupEnd` runs it), `memory.rs` (`ncclMemAlloc`,
+//! registration), `log.rs` (`NCCL_DEBUG*` onto
 //! symcomm's logging), `unimplemented.rs` (the exported names that return `ncclInvalidUsage`
 //! until they are implemented).
 //!
@@ -27,6 +28,7 @@ mod error;
 mod group;
 mod init;
 mod log;
+mod memory;
 mod types;
 mod unimplemented;
 mod version;

@@ -34,12 +34,10 @@ fn refuse(name: &str) -> NcclResult {
 }
 
 not_implemented!(
-    ncclCommDeregister,
     ncclCommGetUniqueId,
     ncclCommGrow,
     ncclCommInitRankScalable,
     ncclCommMemStats,
-    ncclCommRegister,
     ncclCommResume,
     ncclCommRevoke,
     ncclCommShrink,
@@ -53,8 +51,6 @@ not_implemented!(
     ncclGetLsaMultimemDevicePointer,
     ncclGetPeerDevicePointer,
     ncclGroupSimulateEnd,
-    ncclMemAlloc,
-    ncclMemFree,
     ncclPutSignal,
     ncclRedOpCreatePreMulSum,
     ncclRedOpDestroy,

@@ -476,3 +476,12 @@ fn nccl_debug_file_receives_the_log() {
         "{text}"
     );
 }
+
+/// `ncclMemAlloc` buffers (4 KiB aligned) under every collective, in and out of place, plain and
+/// registered (`ncclCommRegister`), and the four calls' bad arguments; 2 to 4 ranks as threads.
+#[test]
+fn collectives_on_nccl_mem_alloc_and_registered_buffers() {
+    for n in ["2", "3", "4"] {
+        run("memory", &[n]);
+    }
+}

@@ -230,8 +230,7 @@ static int run_errors(ncclComm_t comm) {
   BAD(rank, ncclInvalidUsage, ncclCommSplit(comm, 0, rank, &child, NULL));
   if (strstr(ncclGetLastError(NULL), "ncclCommSplit") == NULL)
     FAIL(rank, "the unimplemented call is not named: %s", ncclGetLastError(NULL));
-  void* mem = NULL;
-  BAD(rank, ncclInvalidUsage, ncclMemAlloc(&mem, 4096));
+  BAD(rank, ncclInvalidUsage, ncclCommInitRankScalable(&child, n, rank, 1, &the_id, NULL));
   failures += works(comm, rank, n, "all-reduce after unimplemented calls");
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
