@@ -241,7 +241,8 @@ ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle);
 /* --- Point-to-point and groups ------------------------------------------------------------ */
 
 /* Inside a group, the sends and receives of one communicator (on one stream) progress together
- * and may come in any order; alone, a send completes when the peer receives it. */
+ * and may come in any order, several to and from one peer too (matched in call order); alone, a
+ * send completes when the peer receives it. */
 ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
                       ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,

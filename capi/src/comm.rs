@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 
-use symcomm::{Backend, Communicator, Stream};
+use symcomm::{Backend, Buffer, Communicator, Stream};
 
 use crate::error::Fail;
 use crate::types::{CommPtr, NcclComm};
@@ -22,6 +22,10 @@ pub(crate) struct Comm {
     finalized: AtomicBool,
     /// `ncclCommRegister`'s registrations: handle → (address, bytes).
     registrations: Mutex<HashMap<usize, (u64, usize)>>,
+    /// Device memory standing in for buffers NCCL ignores on some ranks (a scatter's send
+    /// buffer off the root), the largest last. Kept until the communicator drops: work queued
+    /// on a stream may still read an older one.
+    scratch: Mutex<Vec<Buffer>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -35,7 +39,24 @@ impl Comm {
             streams: Mutex::new(Vec::new()),
             finalized: AtomicBool::new(false),
             registrations: Mutex::default(),
+            scratch: Mutex::default(),
         }
+    }
+
+    /// The address of at least `bytes` bytes (> 0) of this communicator's device memory whose
+    /// contents nothing relies on.
+    pub(crate) fn scratch(&self, bytes: u64) -> Result<u64, Fail> {
+        let mut scratch = lock(&self.scratch);
+        if let Some(b) = scratch.last().filter(|b| b.len() as u64 >= bytes) {
+            return Ok(b.addr());
+        }
+        let grown = scratch.last().map_or(0, |b| b.len() as u64 * 2).max(bytes);
+        let size = usize::try_from(grown)
+            .map_err(|_| Fail::invalid_argument(format!("{bytes} bytes is too large")))?;
+        let buffer = Buffer::new(self.inner.backend(), size)?;
+        let addr = buffer.addr();
+        scratch.push(buffer);
+        Ok(addr)
     }
 
     /// Records registration `handle` of `bytes` bytes at `addr`.

@@ -47,7 +47,6 @@ not_implemented!(
     ncclCommWindowRegister,
     ncclDevCommCreate,
     ncclDevCommDestroy,
-    ncclGather,
     ncclGetLsaMultimemDevicePointer,
     ncclGetPeerDevicePointer,
     ncclGroupSimulateEnd,

@@ -1,7 +1,10 @@
 //! The C API from C: programs in `tests/c/` compiled with the system C compiler (`cc`, or `CC`)
 //! against `include/nccl.h`, linked to the library this package builds (see [`library`]), and
 //! run on the emulator with ranks as processes and as threads. Each program checks bit-exact
-//! values and exits non-zero on any failed check; every run is bounded.
+//! values and exits non-zero on any failed check; every run is bounded. Some are compiled
+//! against NVIDIA's `nccl.h` too (the pinned `nvidia-nccl-cu13` wheel, which
+//! `scripts/nccl-header` fetches: required, never skipped), and `abi.c`'s layout listing is
+//! compared between the two headers.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -387,9 +390,9 @@ fn our_header_matches_nvidias_layouts() {
     );
 }
 
-/// `tests/c/collectives.c` compiled against NVIDIA's header (its types, its enum values, its
-/// longer `ncclConfig_t`) and linked to our library: every collective, groups and bad arguments,
-/// ranks as threads and as processes.
+/// `tests/c/collectives.c`, `memory.c` and `gather.c` compiled against NVIDIA's header (its
+/// types, its enum values, its longer `ncclConfig_t`, its gather and scatter) and linked to our
+/// library: every collective, memory, groups and bad arguments, ranks as threads and processes.
 #[test]
 fn programs_built_against_nvidias_header_run_on_ours() {
     for (mode, n) in [
@@ -400,6 +403,8 @@ fn programs_built_against_nvidias_header_run_on_ours() {
     ] {
         assert_runs_built("collectives", Header::Nvidia, &[mode, n], &[], true);
     }
+    assert_runs_built("memory", Header::Nvidia, &["3"], &[], true);
+    assert_runs_built("gather", Header::Nvidia, &["threads", "3"], &[], true);
 }
 
 /// What `tests/c/logging.c` writes on stderr with `env`.
@@ -484,4 +489,14 @@ fn collectives_on_nccl_mem_alloc_and_registered_buffers() {
     for n in ["2", "3", "4"] {
         run("memory", &[n]);
     }
+}
+
+/// `ncclGather` / `ncclScatter`: 2 to 5 ranks as threads, every root, five types, in and out of
+/// place, in a group with send/recv, bad arguments; and one thread driving 3 ranks.
+#[test]
+fn gather_and_scatter_with_every_root() {
+    for n in ["2", "3", "4", "5"] {
+        run("gather", &["threads", n]);
+    }
+    run("gather", &["single", "3"]);
 }
