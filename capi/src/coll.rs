@@ -56,14 +56,17 @@ pub(crate) enum Work {
         stream: usize,
     },
     /// `ncclGather`: sends and receives to and from the root, run with the p2p of its group.
-    Gather {
-        send: u64,
-        recv: u64,
-        count: usize,
-        dtype: DataType,
-        root: u32,
-        stream: usize,
-    },
+    Gather(GatherCall),
+}
+
+/// A checked `ncclGather` on one rank.
+pub(crate) struct GatherCall {
+    send: u64,
+    recv: u64,
+    count: usize,
+    dtype: DataType,
+    root: u32,
+    stream: usize,
 }
 
 /// Bytes of `blocks` blocks of `count` elements of `dtype`.
@@ -134,14 +137,7 @@ pub(crate) fn run(comm: &Comm, work: Vec<Work>) -> Result<(), Fail> {
                 })?;
             }
             p @ Work::P2p { .. } => p2p.push(p),
-            Work::Gather {
-                send,
-                recv,
-                count,
-                dtype,
-                root,
-                stream,
-            } => gather(comm, send, recv, count, dtype, root, stream, &mut p2p)?,
+            Work::Gather(call) => gather(comm, &call, &mut p2p)?,
         }
     }
     let Some(Work::P2p { stream, .. }) = p2p.first() else {
@@ -207,17 +203,15 @@ type P2pOp<'a> = (bool, BufferRef<'a>, usize, DataType, u32);
 /// `ncclGather` on this rank: off the root one send to it; on the root one receive per other
 /// rank into its block, queued in `p2p` (they run with the group's other sends and receives),
 /// and its own block copied now, in stream order, unless in place.
-#[allow(clippy::too_many_arguments)]
-fn gather(
-    comm: &Comm,
-    send: u64,
-    recv: u64,
-    count: usize,
-    dtype: DataType,
-    root: u32,
-    stream: usize,
-    p2p: &mut Vec<Work>,
-) -> Result<(), Fail> {
+fn gather(comm: &Comm, call: &GatherCall, p2p: &mut Vec<Work>) -> Result<(), Fail> {
+    let &GatherCall {
+        send,
+        recv,
+        count,
+        dtype,
+        root,
+        stream,
+    } = call;
     let me = comm.inner.rank();
     if count == 0 {
         return Ok(());
@@ -579,14 +573,14 @@ pub unsafe extern "C" fn ncclGather(
                     ));
                 }
             }
-            Ok(Work::Gather {
+            Ok(Work::Gather(GatherCall {
                 send: sendbuff as u64,
                 recv: recvbuff as u64,
                 count: sendcount,
                 dtype,
                 root,
                 stream: stream as usize,
-            })
+            }))
         })
     })
 }

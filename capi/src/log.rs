@@ -82,7 +82,7 @@ pub(crate) fn config(
     var: impl Fn(&str) -> Option<String>,
 ) -> symcomm::Result<(LogConfig, Option<String>, Option<String>)> {
     let set = |name: &str| var(name).filter(|v| !v.trim().is_empty());
-    let mut config = LogConfig::from_vars(&set)?;
+    let mut config = LogConfig::from_vars(set)?;
     let mut banner = None;
     let mut warning = None;
     if let Some(debug) = set("NCCL_DEBUG") {

@@ -12,6 +12,7 @@
  */
 #define _GNU_SOURCE
 #include <nccl.h>
+#include "check.h"
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -46,39 +47,6 @@ _Static_assert(NCCL_VERSION_CODE == LIBRARY_VERSION, "our header declares the li
 #define MAX_RANKS 8
 
 static ncclUniqueId the_id;
-
-#define FAIL(rank, ...)                             \
-  do {                                              \
-    fprintf(stderr, "rank %d: ", (rank));           \
-    fprintf(stderr, __VA_ARGS__);                   \
-    fprintf(stderr, "\n");                          \
-    failures++;                                     \
-  } while (0)
-
-#define CALL(rank, call)                                                                   \
-  do {                                                                                     \
-    ncclResult_t r_ = (call);                                                              \
-    if (r_ != ncclSuccess) {                                                               \
-      FAIL(rank, "%s returned %d (%s): %s", #call, (int)r_, ncclGetErrorString(r_),       \
-           ncclGetLastError(NULL));                                                        \
-      return failures;                                                                     \
-    }                                                                                      \
-  } while (0)
-
-/* Counts elements that differ from `want(i)`, reports the first. */
-#define EXPECT(rank, what, n, got, want)                                                   \
-  do {                                                                                     \
-    long wrong_ = 0;                                                                       \
-    for (long i = 0; i < (long)(n); i++) {                                                 \
-      if ((got) != (want)) {                                                               \
-        if (wrong_ == 0)                                                                   \
-          FAIL(rank, "%s: element %ld is %.17g, expected %.17g", what, i, (double)(got),  \
-               (double)(want));                                                            \
-        wrong_++;                                                                          \
-      }                                                                                    \
-    }                                                                                      \
-    if (wrong_) fprintf(stderr, "rank %d: %s: #wrong %ld\n", rank, what, wrong_);        \
-  } while (0)
 
 /* Every collective and a send/recv ring on one rank. Returns the failed checks. */
 static int run_rank(ncclComm_t comm) {
@@ -183,15 +151,6 @@ static int run_rank(ncclComm_t comm) {
   return failures;
 }
 
-/* One bad call: its code must be `want` and the thread's last error must say something. */
-#define BAD(rank, want, call)                                                                  \
-  do {                                                                                         \
-    ncclResult_t r_ = (call);                                                                  \
-    const char* why_ = ncclGetLastError(NULL);                                                 \
-    if (r_ != (want)) FAIL(rank, "%s returned %d, expected %d (%s)", #call, r_, want, why_);   \
-    else if (why_ == NULL || why_[0] == 0) FAIL(rank, "%s: no ncclGetLastError message", #call); \
-  } while (0)
-
 /* An all-reduce that must work (after a bad call). */
 static int works(ncclComm_t comm, int rank, int n, const char* after) {
   int failures = 0;
@@ -270,17 +229,7 @@ static void* thread_main(void* arg) {
   return (void*)(intptr_t)one_rank((int)(intptr_t)arg);
 }
 
-static int as_threads(void) {
-  pthread_t t[MAX_RANKS];
-  int failures = 0;
-  for (int r = 0; r < nranks; r++) pthread_create(&t[r], NULL, thread_main, (void*)(intptr_t)r);
-  for (int r = 0; r < nranks; r++) {
-    void* f;
-    pthread_join(t[r], &f);
-    failures += (int)(intptr_t)f;
-  }
-  return failures;
-}
+static int as_threads(void) { return run_threads(nranks, thread_main); }
 
 static int as_processes(void) {
   pid_t pid[MAX_RANKS];

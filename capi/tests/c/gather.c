@@ -6,6 +6,7 @@
  * group; bad arguments.
  *   Usage: gather threads|single <ranks 1..8> */
 #include <nccl.h>
+#include "check.h"
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -17,31 +18,6 @@
 
 static ncclUniqueId the_id;
 static int nranks;
-
-#define FAIL(rank, ...)                   \
-  do {                                    \
-    fprintf(stderr, "rank %d: ", (rank)); \
-    fprintf(stderr, __VA_ARGS__);         \
-    fprintf(stderr, "\n");                \
-    failures++;                           \
-  } while (0)
-
-#define CALL(rank, call)                                                        \
-  do {                                                                          \
-    ncclResult_t r_ = (call);                                                   \
-    if (r_ != ncclSuccess) {                                                    \
-      FAIL(rank, "%s returned %d: %s", #call, (int)r_, ncclGetLastError(NULL)); \
-      return failures;                                                          \
-    }                                                                           \
-  } while (0)
-
-#define BAD(rank, want, call)                                                                  \
-  do {                                                                                         \
-    ncclResult_t r_ = (call);                                                                  \
-    const char* why_ = ncclGetLastError(NULL);                                                 \
-    if (r_ != (want)) FAIL(rank, "%s returned %d, expected %d (%s)", #call, r_, want, why_);   \
-    else if (why_ == NULL || why_[0] == 0) FAIL(rank, "%s: no ncclGetLastError message", #call); \
-  } while (0)
 
 /* Byte k of the block that rank `from` contributes in a call with `salt`. */
 static uint8_t pattern(int from, size_t k, int salt) {
@@ -222,13 +198,7 @@ int main(int argc, char** argv) {
   if (!strcmp(argv[1], "single")) {
     failures = single_thread();
   } else if (!strcmp(argv[1], "threads")) {
-    pthread_t t[MAX_RANKS];
-    for (int r = 0; r < nranks; r++) pthread_create(&t[r], NULL, thread_main, (void*)(intptr_t)r);
-    for (int r = 0; r < nranks; r++) {
-      void* f;
-      pthread_join(t[r], &f);
-      failures += (int)(intptr_t)f;
-    }
+    failures = run_threads(nranks, thread_main);
   } else {
     return 2;
   }

@@ -4,6 +4,7 @@
  * code and a message, the communicator still working after them.
  *   Usage: memory <ranks 1..8> */
 #include <nccl.h>
+#include "check.h"
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,46 +16,6 @@
 
 static ncclUniqueId the_id;
 static int nranks;
-
-#define FAIL(rank, ...)                   \
-  do {                                    \
-    fprintf(stderr, "rank %d: ", (rank)); \
-    fprintf(stderr, __VA_ARGS__);         \
-    fprintf(stderr, "\n");                \
-    failures++;                           \
-  } while (0)
-
-#define CALL(rank, call)                                                            \
-  do {                                                                              \
-    ncclResult_t r_ = (call);                                                       \
-    if (r_ != ncclSuccess) {                                                        \
-      FAIL(rank, "%s returned %d: %s", #call, (int)r_, ncclGetLastError(NULL));     \
-      return failures;                                                              \
-    }                                                                               \
-  } while (0)
-
-#define BAD(rank, want, call)                                                                  \
-  do {                                                                                         \
-    ncclResult_t r_ = (call);                                                                  \
-    const char* why_ = ncclGetLastError(NULL);                                                 \
-    if (r_ != (want)) FAIL(rank, "%s returned %d, expected %d (%s)", #call, r_, want, why_);   \
-    else if (why_ == NULL || why_[0] == 0) FAIL(rank, "%s: no ncclGetLastError message", #call); \
-  } while (0)
-
-/* Counts elements that differ from `want`, reports the first and the count. */
-#define EXPECT(rank, what, n, got, want)                                                   \
-  do {                                                                                     \
-    long wrong_ = 0;                                                                       \
-    for (long i = 0; i < (long)(n); i++) {                                                 \
-      if ((got) != (want)) {                                                               \
-        if (wrong_ == 0)                                                                   \
-          FAIL(rank, "%s: element %ld is %.17g, expected %.17g", what, i, (double)(got),  \
-               (double)(want));                                                            \
-        wrong_++;                                                                          \
-      }                                                                                    \
-    }                                                                                      \
-    if (wrong_) fprintf(stderr, "rank %d: %s: #wrong %ld\n", rank, what, wrong_);        \
-  } while (0)
 
 /* Every collective on s and r (ncclMemAlloc'd, COUNT * n elements each). */
 static int collectives(ncclComm_t comm, int rank, int n, int32_t* s, int32_t* r, float* f,
@@ -199,14 +160,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (ncclGetUniqueId(&the_id) != ncclSuccess) return 1;
-  pthread_t t[MAX_RANKS];
-  int failures = 0;
-  for (int r = 0; r < nranks; r++) pthread_create(&t[r], NULL, thread_main, (void*)(intptr_t)r);
-  for (int r = 0; r < nranks; r++) {
-    void* f;
-    pthread_join(t[r], &f);
-    failures += (int)(intptr_t)f;
-  }
+  int failures = run_threads(nranks, thread_main);
   printf("memory %d: %s (%d failed checks)\n", nranks, failures ? "FAIL" : "PASS", failures);
   return failures ? 1 : 0;
 }
