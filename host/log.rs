@@ -332,6 +332,21 @@ mod tests {
         assert_eq!(expand_file_pattern("100%%-%x%", "h", 1), "100%-%x%");
     }
 
+    /// A program's own subscriber stays: `install` changes nothing (not even the log file).
+    #[test]
+    fn an_existing_subscriber_is_kept() {
+        let dir = std::env::temp_dir().join(format!("symcomm-log-test-{}", std::process::id()));
+        let file = dir.join("never.log");
+        let config = LogConfig {
+            file: Some(file.to_string_lossy().into_owned()),
+            ..LogConfig::default()
+        };
+        // Whether or not another test set one already, one is set now.
+        let _ = tracing::subscriber::set_global_default(tracing::subscriber::NoSubscriber::new());
+        assert!(matches!(config.install(Some("banner")), Ok(false)));
+        assert!(!file.exists());
+    }
+
     #[test]
     fn the_config_reads_its_three_variables() {
         let vars = |name: &str| match name {
