@@ -8,7 +8,7 @@
 //! # The API
 //!
 //! Everything public is named in the `pub use` list below (the implementation modules are
-//! private); besides the items at the root, four namespaces group what belongs together:
+//! private); besides the items at the root, five namespaces group what belongs together:
 //!
 //! - [`abi`]: the plain-data structs and constants shared with the device code (`abi.h`).
 //! - [`bootstrap`]: the rendezvous itself ([`bootstrap::init`], [`bootstrap::Bootstrap`], its
@@ -16,6 +16,8 @@
 //! - [`cuda`]: what the CUDA driver shows (GPUs, NVRTC) and the device handle inside
 //!   [`Backend::Cuda`].
 //! - [`tune`]: the cost model that picks algorithms and launch geometry.
+//! - [`log`]: a `tracing` subscriber configured from `SYMCOMM_LOG*`, for programs that want one
+//!   (the library never installs one itself).
 //!
 //! The `testing` feature adds `testing`, the fixtures of symcomm's own tests (the emulator team
 //! harness, the CUDA layer beneath [`Backend`]); it is not part of the API.
@@ -26,6 +28,7 @@ mod comm;
 mod config;
 mod error;
 mod image;
+pub mod log;
 mod plain;
 mod residency;
 mod stream;

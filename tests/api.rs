@@ -100,6 +100,9 @@ fn the_public_api_names_resolve() {
         symcomm::DEFAULT_PEER_TIMEOUT,
     );
     assert!(symcomm::TUNABLES.iter().any(|t| t.name == "SYMCOMM_LOG"));
+    let _: fn() -> symcomm::Result<bool> = symcomm::log::init;
+    let _: fn() -> symcomm::Result<symcomm::log::LogConfig> = symcomm::log::LogConfig::from_env;
+    assert!(symcomm::log::SUBSYSTEMS.contains(&"init"));
     let _: fn() -> bool = symcomm::cuda::driver_present;
     let _: fn() -> symcomm::Result<CudaInfo> = symcomm::cuda::probe;
     let _: fn() -> symcomm::Result<(i32, i32)> = symcomm::cuda::nvrtc_version;

@@ -11,8 +11,10 @@
  * ncclCommAbort), queries (ncclCommCount, ncclCommCuDevice, ncclCommUserRank,
  * ncclCommGetAsyncError), errors (ncclGetErrorString, ncclGetLastError), the collectives
  * ncclAllReduce, ncclBroadcast, ncclBcast, ncclReduce, ncclAllGather, ncclReduceScatter,
- * ncclAlltoAll, pre-multiplied sums (ncclRedOpCreatePreMulSum, ncclRedOpDestroy),
- * point-to-point ncclSend / ncclRecv, and groups (ncclGroupStart / ncclGroupEnd).
+ * ncclAlltoAll, ncclGather, ncclScatter, pre-multiplied sums (ncclRedOpCreatePreMulSum,
+ * ncclRedOpDestroy), point-to-point ncclSend / ncclRecv, groups (ncclGroupStart /
+ * ncclGroupEnd), and memory (ncclMemAlloc / ncclMemFree, ncclCommRegister /
+ * ncclCommDeregister).
  *
  * Every other function declared here exists in the library and returns ncclInvalidUsage, with
  * ncclGetLastError() naming it: nothing succeeds without doing its work.
@@ -233,10 +235,37 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
 ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
 
+/* Rank i's `sendcount` elements land at recvbuff + i * sendcount on `root` (recvbuff is used on
+ * the root only); in place when sendbuff == recvbuff + root * sendcount on the root. The NCCL 2.28
+ * signature. */
+ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                        ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+/* `root`'s sendbuff + i * recvcount (sendbuff is used on the root only) lands in rank i's
+ * recvbuff; in place when recvbuff == sendbuff + root * recvcount on the root. The NCCL 2.28
+ * signature. */
+ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+
+/* --- Memory --------------------------------------------------------------------------------- */
+
+/* `size` bytes (rounded up to 4 KiB) of device memory, 4 KiB aligned: on the device a
+ * communicator created on this thread now would use (the emulator's host memory with
+ * SYMCOMM_DEVICE=emu). ncclInvalidArgument for ptr == NULL or size == 0. */
+ncclResult_t ncclMemAlloc(void** ptr, size_t size);
+/* Frees what ncclMemAlloc returned (ncclInvalidArgument for anything else, NULL included). */
+ncclResult_t ncclMemFree(void* ptr);
+/* Registers `size` bytes at `buff` with `comm` (a range starting in an ncclMemAlloc allocation
+ * must end in it); *handle names the registration. Collectives on registered buffers take the
+ * same path as on others (no zero-copy registration yet). */
+ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle);
+/* Ends a registration of `comm` (ncclInvalidArgument for an unknown handle). */
+ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle);
+
 /* --- Point-to-point and groups ------------------------------------------------------------ */
 
 /* Inside a group, the sends and receives of one communicator (on one stream) progress together
- * and may come in any order; alone, a send completes when the peer receives it. */
+ * and may come in any order, several to and from one peer too (matched in call order); alone, a
+ * send completes when the peer receives it. */
 ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
                       ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
@@ -253,12 +282,6 @@ ncclResult_t ncclGroupEnd(void);
 
 ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
                                       ncclUniqueId* commIds, ncclConfig_t* config);
-ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count,
-                        ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t ncclMemAlloc(void** ptr, size_t size);
-ncclResult_t ncclMemFree(void* ptr);
-ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle);
-ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle);
 #ifdef __cplusplus
 }
 #endif

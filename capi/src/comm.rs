@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 
-use symcomm::{Backend, Communicator, Stream};
+use symcomm::{Backend, Buffer, Communicator, Stream};
 
 use crate::error::Fail;
 use crate::premul::PreMulState;
@@ -27,6 +27,13 @@ pub(crate) struct Comm {
     blocking: bool,
     /// Its pre-multiplied-sum ops.
     pub(crate) premul: PreMulState,
+    /// `ncclCommRegister`'s registrations: handle → (address, bytes).
+    registrations: Mutex<HashMap<usize, (u64, usize)>>,
+    /// Device memory whose contents nothing relies on between calls: per stream (`Some(key)`,
+    /// written by a call's own work) or shared (`None`, stand-ins for buffers NCCL ignores,
+    /// only read); the largest of each key last. Kept until the communicator drops: work
+    /// queued on a stream may still use an older one.
+    scratch: Mutex<Vec<(Option<usize>, Buffer)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -41,12 +48,45 @@ impl Comm {
             finalized: AtomicBool::new(false),
             blocking,
             premul: PreMulState::default(),
+            registrations: Mutex::default(),
+            scratch: Mutex::default(),
         }
     }
 
     /// Whether it was made blocking.
     pub(crate) fn blocking(&self) -> bool {
         self.blocking
+    }
+
+    /// The address of at least `bytes` bytes (> 0) of this communicator's scratch memory of
+    /// `key` (a stream's key, or `None` for memory that is only read).
+    pub(crate) fn scratch(&self, key: Option<usize>, bytes: u64) -> Result<u64, Fail> {
+        let mut scratch = lock(&self.scratch);
+        let last = scratch
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == key)
+            .map(|(_, b)| b);
+        if let Some(b) = last.filter(|b| b.len() as u64 >= bytes) {
+            return Ok(b.addr());
+        }
+        let grown = last.map_or(0, |b| b.len() as u64 * 2).max(bytes);
+        let size = usize::try_from(grown)
+            .map_err(|_| Fail::invalid_argument(format!("{bytes} bytes is too large")))?;
+        let buffer = Buffer::new(self.inner.backend(), size)?;
+        let addr = buffer.addr();
+        scratch.push((key, buffer));
+        Ok(addr)
+    }
+
+    /// Records registration `handle` of `bytes` bytes at `addr`.
+    pub(crate) fn register_buffer(&self, handle: usize, addr: u64, bytes: usize) {
+        lock(&self.registrations).insert(handle, (addr, bytes));
+    }
+
+    /// Ends registration `handle`; `false` when this communicator has none of that handle.
+    pub(crate) fn deregister_buffer(&self, handle: usize) -> bool {
+        lock(&self.registrations).remove(&handle).is_some()
     }
 
     pub(crate) fn is_emu(&self) -> bool {

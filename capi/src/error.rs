@@ -80,7 +80,7 @@ pub(crate) fn last() -> *const c_char {
 
 /// Runs entry point `name`'s body: its error becomes the result code and this thread's last
 /// message (`name: message`); a panic (a bug) becomes `ncclInternalError` instead of unwinding
-/// into C.
+/// into C. The first call installs the logging (`NCCL_DEBUG`, `log.rs`).
 pub(crate) fn guard(name: &str, body: impl FnOnce() -> Result<(), Fail>) -> NcclResult {
     guard_code(name, || body().map(|()| NCCL_SUCCESS))
 }
@@ -90,6 +90,7 @@ pub(crate) fn guard_code(
     name: &str,
     body: impl FnOnce() -> Result<NcclResult, Fail>,
 ) -> NcclResult {
+    crate::log::ensure_installed();
     let outcome = catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|panic| {
         let what = panic
             .downcast_ref::<&str>()

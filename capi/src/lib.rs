@@ -9,9 +9,11 @@
 //! FFI guard every entry point runs in), `comm.rs` (the communicator handles and their
 //! streams), `device.rs` (which device a new communicator uses), `create.rs` (making
 //! communicators: from ids or splits, blocking or not), `init.rs` (ids, the init calls,
-//! destruction, queries), `coll.rs` (collectives and send/recv), `premul.rs` (pre-multiplied sums), `group.rs` (groups: what a
-//! call inside one defers, and how `ncclGroupEnd` runs it), `unimplemented.rs` (the exported
-//! names that return `ncclInvalidUsage` until they are implemented).
+//! destruction, queries), `coll.rs` (collectives and send/recv), `premul.rs` (pre-multiplied
+//! sums), `group.rs` (groups: what a call inside one defers, and how `ncclGroupEnd` runs it),
+//! `memory.rs` (`ncclMemAlloc`, registration), `log.rs` (`NCCL_DEBUG*` onto symcomm's logging),
+//! `unimplemented.rs` (the exported names that return `ncclInvalidUsage` until they are
+//! implemented).
 //!
 //! Every entry point validates its arguments and returns a result code; none panics or unwinds
 //! across the boundary, and none returns `ncclSuccess` without having done its work.
@@ -27,6 +29,8 @@ mod device;
 mod error;
 mod group;
 mod init;
+mod log;
+mod memory;
 mod premul;
 mod types;
 mod unimplemented;

@@ -37,12 +37,11 @@ pub(crate) struct PreMul {
     _value: Option<Buffer>,
 }
 
-/// A communicator's ops, the kernel and the scratch buffers (one per stream) they use.
+/// A communicator's ops and the kernel they use.
 #[derive(Default)]
 pub(crate) struct PreMulState {
     ops: Mutex<Vec<Option<Arc<PreMul>>>>,
     kernel: OnceLock<Kernel>,
-    scratch: Mutex<Vec<(u64, Buffer)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -67,7 +66,7 @@ impl PreMulState {
     }
 
     /// Enqueues `dst = src * op's scalar` (`count` elements) on `stream`, `dst` this stream's
-    /// scratch buffer of at least `bytes`; returns `dst`'s address.
+    /// scratch memory of the communicator; returns `dst`'s address.
     ///
     /// # Safety
     /// `src` holds `count` elements of `op.dtype` and stays valid until the stream ran the call.
@@ -80,7 +79,7 @@ impl PreMulState {
         stream: &Stream,
     ) -> Result<u64, Fail> {
         let bytes = count * op.dtype.size() as u64;
-        let dst = self.scratch(comm, stream, bytes)?;
+        let dst = comm.scratch(Some(stream.key()), bytes.max(1))?;
         if count == 0 {
             return Ok(dst);
         }
@@ -100,32 +99,10 @@ impl PreMulState {
             .arg(&op.scalar);
         // SAFETY: the arguments are symcomm_premul's, in order and with their types; `src` is
         // valid until the stream ran the call (this function's contract), `dst` is this
-        // stream's scratch buffer (kept until the communicator goes, and replaced only after
-        // the stream is idle), `op.scalar` the op's value (the op is kept alive by the call
+        // stream's scratch memory (kept until the communicator goes; no other stream writes it), `op.scalar` the op's value (the op is kept alive by the call
         // that uses it) or the caller's device memory (NCCL's contract for ncclScalarDevice).
         unsafe { stream.launch(kernel, LaunchConfig::linear(ctas, THREADS), &args) }?;
         Ok(dst)
-    }
-
-    /// This stream's scratch buffer, at least `bytes` long.
-    fn scratch(&self, comm: &Comm, stream: &Stream, bytes: u64) -> Result<u64, Fail> {
-        let key = stream.key() as u64;
-        let mut all = lock(&self.scratch);
-        let at = all.iter().position(|(k, _)| *k == key);
-        if let Some(i) = at {
-            if all[i].1.len() as u64 >= bytes.max(1) {
-                return Ok(all[i].1.addr());
-            }
-            // Work queued on the stream may still read the smaller one.
-            stream.synchronize()?;
-            all.remove(i);
-        }
-        let size = usize::try_from(bytes.max(4096).next_power_of_two())
-            .map_err(|_| Fail::invalid_argument(format!("{bytes} bytes of scratch")))?;
-        let buffer = Buffer::new(comm.inner.backend(), size)?;
-        let addr = buffer.addr();
-        all.push((key, buffer));
-        Ok(addr)
     }
 }
 

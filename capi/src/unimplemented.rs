@@ -34,12 +34,10 @@ fn refuse(name: &str) -> NcclResult {
 }
 
 not_implemented!(
-    ncclCommDeregister,
     ncclCommGetUniqueId,
     ncclCommGrow,
     ncclCommInitRankScalable,
     ncclCommMemStats,
-    ncclCommRegister,
     ncclCommResume,
     ncclCommRevoke,
     ncclCommShrink,
@@ -48,12 +46,9 @@ not_implemented!(
     ncclCommWindowRegister,
     ncclDevCommCreate,
     ncclDevCommDestroy,
-    ncclGather,
     ncclGetLsaMultimemDevicePointer,
     ncclGetPeerDevicePointer,
     ncclGroupSimulateEnd,
-    ncclMemAlloc,
-    ncclMemFree,
     ncclPutSignal,
     ncclSignal,
     ncclWaitSignal,

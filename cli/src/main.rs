@@ -10,7 +10,6 @@ use clap::{Parser, Subcommand};
 
 mod info;
 mod launch;
-mod log;
 mod perf;
 
 /// symcomm: device-initiated GPU communication.
@@ -67,7 +66,7 @@ fn main() -> ExitCode {
         }
         Err(e) => e.exit(),
     };
-    if let Err(e) = log::init() {
+    if let Err(e) = symcomm::log::init() {
         eprintln!("symcomm: logging setup: {e}");
         return ExitCode::from(2);
     }

@@ -35,7 +35,8 @@ int main(int argc, char** argv) {
     }
   }
   int (*get_version)(int*) = (int (*)(int*))dlsym(lib, "ncclGetVersion");
-  int (*mem_alloc)(void**, size_t) = (int (*)(void**, size_t))dlsym(lib, "ncclMemAlloc");
+  int (*win_register)(void*, void*, size_t, void**, int) =
+      (int (*)(void*, void*, size_t, void**, int))dlsym(lib, "ncclCommWindowRegister");
   const char* (*last_error)(void*) = (const char* (*)(void*))dlsym(lib, "ncclGetLastError");
   int version = 0, failures = missing;
   if (!get_version || get_version(&version) != 0 || version != 22105) {
@@ -43,9 +44,9 @@ int main(int argc, char** argv) {
     failures++;
   }
   void* p = NULL;
-  if (!mem_alloc || !last_error || mem_alloc(&p, 4096) != 5 || p != NULL ||
-      !strstr(last_error(NULL), "ncclMemAlloc")) {
-    fprintf(stderr, "ncclMemAlloc did not refuse with ncclInvalidUsage and a message\n");
+  if (!win_register || !last_error || win_register(NULL, NULL, 4096, &p, 0) != 5 || p != NULL ||
+      !strstr(last_error(NULL), "ncclCommWindowRegister")) {
+    fprintf(stderr, "ncclCommWindowRegister did not refuse with ncclInvalidUsage and a message\n");
     failures++;
   }
   printf("dlopen: %d of %d symbols resolved: %s\n", n - missing, n, failures ? "FAIL" : "PASS");

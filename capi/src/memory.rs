@@ -1,0 +1,172 @@
+//! `ncclMemAlloc` / `ncclMemFree` (device memory for collectives, in a process-wide registry)
+//! and `ncclCommRegister` / `ncclCommDeregister` (buffers registered with one communicator).
+//!
+//! Allocations are symcomm [`Buffer`]s of the device [`device::for_alloc`] picks (on the
+//! emulator, host memory the emulator uses as device memory), aligned to [`ALIGN`] with their
+//! size rounded up to it, as NCCL's granularity-aligned allocations are. Registration checks the
+//! range and returns a handle recorded on the communicator; it does not change how collectives
+//! run (they take the same path as on any other buffer: no zero-copy registration yet).
+
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
+
+use symcomm::Buffer;
+
+use crate::comm;
+use crate::device;
+use crate::error::{Fail, guard};
+use crate::init::put;
+use crate::types::{CommPtr, NcclResult};
+
+/// Alignment of `ncclMemAlloc`'s pointers and granularity of its sizes: 4 KiB, NCCL's minimum
+/// (`NCCL_WIN_REQUIRED_ALIGNMENT`).
+pub(crate) const ALIGN: usize = 4096;
+
+/// One `ncclMemAlloc`: the memory and the usable range inside it.
+struct Allocation {
+    /// Owns the memory (freed when the allocation leaves the registry).
+    _buffer: Buffer,
+    /// The usable bytes from the returned pointer (the request rounded up to [`ALIGN`]).
+    size: usize,
+}
+
+/// Live allocations by the pointer `ncclMemAlloc` returned.
+fn allocations() -> MutexGuard<'static, BTreeMap<usize, Allocation>> {
+    static LIVE: LazyLock<Mutex<BTreeMap<usize, Allocation>>> = LazyLock::new(Mutex::default);
+    LIVE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn round_up(n: usize) -> Option<usize> {
+    n.checked_add(ALIGN - 1).map(|v| v / ALIGN * ALIGN)
+}
+
+/// `ncclMemAlloc`: `*ptr` = `size` bytes (rounded up to 4 KiB) of device memory, 4 KiB aligned.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> NcclResult {
+    guard("ncclMemAlloc", || {
+        if ptr.is_null() {
+            return Err(Fail::invalid_argument("ptr is NULL"));
+        }
+        if size == 0 {
+            return Err(Fail::invalid_argument("size is 0"));
+        }
+        let usable = round_up(size)
+            .filter(|&u| u.checked_add(ALIGN).is_some())
+            .ok_or_else(|| Fail::invalid_argument(format!("size {size} is too large")))?;
+        let backend = device::for_alloc()?;
+        // One alignment unit more than needed, so that an aligned start fits whatever
+        // alignment the allocator gives.
+        let buffer = Buffer::new(&backend, usable + ALIGN)?;
+        let start = round_up(buffer.addr() as usize)
+            .ok_or_else(|| Fail::invalid_argument("the allocation's address overflows"))?;
+        allocations().insert(
+            start,
+            Allocation {
+                _buffer: buffer,
+                size: usable,
+            },
+        );
+        put(ptr, "ptr", start as *mut c_void)
+    })
+}
+
+/// `ncclMemFree`: frees what `ncclMemAlloc` returned.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclMemFree(ptr: *mut c_void) -> NcclResult {
+    guard("ncclMemFree", || {
+        if ptr.is_null() {
+            return Err(Fail::invalid_argument("ptr is NULL"));
+        }
+        let freed = allocations().remove(&(ptr as usize));
+        freed.map(drop).ok_or_else(|| {
+            Fail::invalid_argument(format!(
+                "{ptr:p} is not a live allocation of ncclMemAlloc (freed already, or from \
+                 elsewhere)"
+            ))
+        })
+    })
+}
+
+/// Checks `buff..buff + size` for registration: when it starts inside an `ncclMemAlloc`
+/// allocation it must end inside it too (other memory is taken as the caller's device memory,
+/// which the library cannot see the bounds of).
+fn check_range(buff: usize, size: usize) -> Result<(), Fail> {
+    let end = buff
+        .checked_add(size)
+        .ok_or_else(|| Fail::invalid_argument(format!("buff + size {size} overflows")))?;
+    let live = allocations();
+    if let Some((&start, a)) = live.range(..=buff).next_back() {
+        let alloc_end = start + a.size;
+        if buff < alloc_end && end > alloc_end {
+            return Err(Fail::invalid_argument(format!(
+                "{size} bytes at offset {} exceed the {}-byte ncclMemAlloc allocation they \
+                 start in",
+                buff - start,
+                a.size
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Handles of registrations, unique in the process (never 0).
+static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(1);
+
+/// `ncclCommRegister`: registers `size` bytes at `buff` with `comm`; `*handle` names the
+/// registration for `ncclCommDeregister`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommRegister(
+    comm: CommPtr,
+    buff: *mut c_void,
+    size: usize,
+    handle: *mut *mut c_void,
+) -> NcclResult {
+    guard("ncclCommRegister", || {
+        let c = comm::lookup(comm)?;
+        c.check_usable()?;
+        if handle.is_null() {
+            return Err(Fail::invalid_argument("handle is NULL"));
+        }
+        if buff.is_null() {
+            return Err(Fail::invalid_argument("buff is NULL"));
+        }
+        if size == 0 {
+            return Err(Fail::invalid_argument("size is 0"));
+        }
+        check_range(buff as usize, size)?;
+        let h = NEXT_HANDLE.fetch_add(1, Ordering::Relaxed);
+        c.register_buffer(h, buff as u64, size);
+        put(handle, "handle", h as *mut c_void)
+    })
+}
+
+/// `ncclCommDeregister`: ends a registration `ncclCommRegister` made on `comm`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommDeregister(comm: CommPtr, handle: *mut c_void) -> NcclResult {
+    guard("ncclCommDeregister", || {
+        let c = comm::lookup(comm)?;
+        if c.deregister_buffer(handle as usize) {
+            Ok(())
+        } else {
+            Err(Fail::invalid_argument(format!(
+                "handle {handle:p} is not a registration of this communicator (deregistered \
+                 already, or from ncclCommRegister of another one)"
+            )))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_round_up_to_the_granularity() {
+        assert_eq!(round_up(1), Some(ALIGN));
+        assert_eq!(round_up(ALIGN), Some(ALIGN));
+        assert_eq!(round_up(ALIGN + 1), Some(2 * ALIGN));
+        assert_eq!(round_up(usize::MAX), None);
+    }
+}
