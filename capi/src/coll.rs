@@ -258,7 +258,7 @@ fn gather(comm: &Comm, call: &GatherCall, p2p: &mut Vec<Work>) -> Result<(), Fai
         // SAFETY: NCCL's contract: the send buffer holds `count` elements and the receive
         // buffer `nranks * count` on the root's device, live until the stream ran the call;
         // `copy_raw` refuses overlapping ranges (a gather neither in nor out of place).
-        comm.on_stream(stream, |st| unsafe { st.copy_raw(own, send, block) })?;
+        comm.on_stream(stream, |st| Ok(unsafe { st.copy_raw(own, send, block) }?))?;
     }
     Ok(())
 }

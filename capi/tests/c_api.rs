@@ -436,6 +436,10 @@ fn programs_built_against_nvidias_header_run_on_ours() {
     }
     assert_runs_built("memory", Header::Nvidia, &["threads", "3"], &[], true);
     assert_runs_built("gather", Header::Nvidia, &["threads", "3"], &[], true);
+    // Splits and non-blocking creation with NVIDIA's longer ncclConfig_t, pre-multiplied sums.
+    assert_runs_built("create", Header::Nvidia, &["split", "3"], &[], true);
+    assert_runs_built("create", Header::Nvidia, &["nonblocking", "2"], &[], true);
+    assert_runs_built("premul", Header::Nvidia, &["threads", "2"], &[], true);
 }
 
 /// What `tests/c/logging.c` writes on stderr with `env`.
