@@ -84,6 +84,9 @@ struct State {
     broken: Option<Error>,
     /// This rank aborted: its links are shut down and losses are no longer reported.
     aborted: bool,
+    /// This rank's communicator is being destroyed (it is saying goodbye): a peer's link
+    /// closing now is no fault (the root that got this rank's goodbye owes it none).
+    closing: bool,
 }
 
 /// What a departed rank had done when it said goodbye.
@@ -330,7 +333,8 @@ impl Control {
 impl Drop for Control {
     fn drop(&mut self) {
         let (departed, aborted, calls, gathers) = {
-            let st = lock(&self.shared.state);
+            let mut st = lock(&self.shared.state);
+            st.closing = true;
             (st.departed.clone(), st.aborted, st.calls, st.gathers)
         };
         let goodbye = wire::encode_goodbye(Farewell::Destroyed, calls, gathers);
@@ -462,7 +466,7 @@ fn lose(shared: &Shared, rank: u32, why: LostReason) {
 fn fail(shared: &Shared, rank: u32, reason: String) -> bool {
     {
         let mut st = lock(&shared.state);
-        if st.aborted || st.fault.is_some() {
+        if st.aborted || st.closing || st.fault.is_some() {
             return false;
         }
         tracing::error!(
