@@ -14,7 +14,7 @@
  * ncclAlltoAll, ncclGather, ncclScatter, pre-multiplied sums (ncclRedOpCreatePreMulSum,
  * ncclRedOpDestroy), point-to-point ncclSend / ncclRecv, groups (ncclGroupStart /
  * ncclGroupEnd), and memory (ncclMemAlloc / ncclMemFree, ncclCommRegister /
- * ncclCommDeregister).
+ * ncclCommDeregister, ncclCommWindowRegister / ncclCommWindowDeregister, ncclWinGetUserPtr).
  *
  * Every other function declared here exists in the library and returns ncclInvalidUsage, with
  * ncclGetLastError() naming it: nothing succeeds without doing its work.
@@ -260,6 +260,19 @@ ncclResult_t ncclMemFree(void* ptr);
 ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle);
 /* Ends a registration of `comm` (ncclInvalidArgument for an unknown handle). */
 ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle);
+
+/* Windows (NCCL 2.27): `size` bytes at `buff` on every rank, registered collectively (the same
+ * size and flags on every rank, else ncclInvalidUsage on all); like ncclCommRegister they do not
+ * change how collectives run yet. ncclWinGetUserPtr returns the registered buffer. */
+typedef struct ncclWindow_vidmem* ncclWindow_t;
+#define NCCL_WIN_DEFAULT 0x00
+#define NCCL_WIN_COLL_SYMMETRIC 0x01
+#define NCCL_WIN_STRICT_ORDERING 0x02
+#define NCCL_WIN_REQUIRED_ALIGNMENT 4096
+ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
+                                    int winFlags);
+ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
+ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** outUserPtr);
 
 /* --- Point-to-point and groups ------------------------------------------------------------ */
 

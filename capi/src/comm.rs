@@ -84,6 +84,11 @@ impl Comm {
         lock(&self.registrations).insert(handle, (addr, bytes));
     }
 
+    /// Registration `handle`'s (address, bytes), if this communicator has it.
+    pub(crate) fn registration(&self, handle: usize) -> Option<(u64, usize)> {
+        lock(&self.registrations).get(&handle).copied()
+    }
+
     /// Ends registration `handle`; `false` when this communicator has none of that handle.
     pub(crate) fn deregister_buffer(&self, handle: usize) -> bool {
         lock(&self.registrations).remove(&handle).is_some()

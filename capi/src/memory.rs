@@ -158,6 +158,117 @@ pub unsafe extern "C" fn ncclCommDeregister(comm: CommPtr, handle: *mut c_void) 
     })
 }
 
+/// `NCCL_WIN_COLL_SYMMETRIC | NCCL_WIN_STRICT_ORDERING`: the window flags NCCL defines.
+const WIN_FLAGS: i32 = 0x03;
+
+/// Whether every rank of `comm` passed the same `(size, flags)`, `mine` (`None`: this rank's
+/// arguments are bad, which fails every rank): a host all-reduce (max) of each value and its
+/// complement, so equal values are the only way both survive.
+fn agree(c: &comm::Comm, mine: Option<(u64, u64)>) -> Result<bool, Fail> {
+    let words: [u64; 4] = match mine {
+        Some((size, flags)) => [size, !size, flags, !flags],
+        None => [u64::MAX; 4],
+    };
+    let backend = c.inner.backend();
+    let buffer = Buffer::new(backend, size_of_val(&words))?;
+    buffer.write(0, &words)?;
+    let stream = symcomm::Stream::new(backend)?;
+    // SAFETY: `buffer` holds the 4 words and outlives the call (the stream is synchronized
+    // before it drops); in place.
+    let all = unsafe { symcomm::BufferRef::from_raw(buffer.addr(), 32) };
+    c.inner.all_reduce(
+        all,
+        all,
+        4,
+        symcomm::DataType::U64,
+        symcomm::RedOp::Max,
+        &stream,
+    )?;
+    stream.synchronize()?;
+    c.inner.check_error()?;
+    let mut out = [0u64; 4];
+    buffer.read(0, &mut out)?;
+    Ok(mine.is_some() && out == words)
+}
+
+/// `ncclCommWindowRegister` (NCCL 2.27): registers `size` bytes at `buff` on every rank of
+/// `comm` as a window (collective: every rank passes its own buffer, the same `size` and
+/// `winFlags`); `*win` names it for `ncclCommWindowDeregister` and `ncclWinGetUserPtr`. Like
+/// `ncclCommRegister` it does not change how collectives run (no symmetric kernels on users'
+/// buffers yet).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommWindowRegister(
+    comm: CommPtr,
+    buff: *mut c_void,
+    size: usize,
+    win: *mut *mut c_void,
+    win_flags: i32,
+) -> NcclResult {
+    guard("ncclCommWindowRegister", || {
+        let c = comm::lookup(comm)?;
+        c.check_usable()?;
+        let valid = if win.is_null() {
+            Err(Fail::invalid_argument("win is NULL"))
+        } else if buff.is_null() || size == 0 {
+            Err(Fail::invalid_argument("buff is NULL or size is 0"))
+        } else if win_flags & !WIN_FLAGS != 0 {
+            Err(Fail::invalid_argument(format!(
+                "winFlags {win_flags:#x} has bits NCCL does not define"
+            )))
+        } else {
+            check_range(buff as usize, size)
+        };
+        // Every rank takes part, a bad one too, so that all fail together instead of waiting.
+        let same = agree(
+            &c,
+            valid
+                .as_ref()
+                .ok()
+                .map(|()| (size as u64, win_flags as u64)),
+        )?;
+        valid?;
+        if !same {
+            return Err(Fail::invalid_usage(
+                "ncclCommWindowRegister: the ranks passed different sizes or flags (or another \
+                 rank's arguments were refused)",
+            ));
+        }
+        let h = NEXT_HANDLE.fetch_add(1, Ordering::Relaxed);
+        c.register_buffer(h, buff as u64, size);
+        put(win, "win", h as *mut c_void)
+    })
+}
+
+/// `ncclCommWindowDeregister`: ends a window of `comm`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommWindowDeregister(comm: CommPtr, win: *mut c_void) -> NcclResult {
+    guard("ncclCommWindowDeregister", || {
+        if comm::lookup(comm)?.deregister_buffer(win as usize) {
+            Ok(())
+        } else {
+            Err(Fail::invalid_argument(format!(
+                "win {win:p} is not a window of this communicator (deregistered already?)"
+            )))
+        }
+    })
+}
+
+/// `ncclWinGetUserPtr`: the buffer window `win` of `comm` was registered with.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclWinGetUserPtr(
+    comm: CommPtr,
+    win: *mut c_void,
+    out: *mut *mut c_void,
+) -> NcclResult {
+    guard("ncclWinGetUserPtr", || {
+        let c = comm::lookup(comm)?;
+        let (addr, _) = c
+            .registration(win as usize)
+            .ok_or_else(|| Fail::invalid_argument("win is not a window of this communicator"))?;
+        put(out, "outUserPtr", addr as *mut c_void)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

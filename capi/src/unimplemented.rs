@@ -42,8 +42,6 @@ not_implemented!(
     ncclCommRevoke,
     ncclCommShrink,
     ncclCommSuspend,
-    ncclCommWindowDeregister,
-    ncclCommWindowRegister,
     ncclDevCommCreate,
     ncclDevCommDestroy,
     ncclGetLsaMultimemDevicePointer,
@@ -52,7 +50,6 @@ not_implemented!(
     ncclPutSignal,
     ncclSignal,
     ncclWaitSignal,
-    ncclWinGetUserPtr,
 );
 
 #[cfg(test)]

@@ -35,18 +35,16 @@ int main(int argc, char** argv) {
     }
   }
   int (*get_version)(int*) = (int (*)(int*))dlsym(lib, "ncclGetVersion");
-  int (*win_register)(void*, void*, size_t, void**, int) =
-      (int (*)(void*, void*, size_t, void**, int))dlsym(lib, "ncclCommWindowRegister");
+  int (*simulate)(void*) = (int (*)(void*))dlsym(lib, "ncclGroupSimulateEnd");
   const char* (*last_error)(void*) = (const char* (*)(void*))dlsym(lib, "ncclGetLastError");
   int version = 0, failures = missing;
   if (!get_version || get_version(&version) != 0 || version != 22105) {
     fprintf(stderr, "ncclGetVersion: %d\n", version);
     failures++;
   }
-  void* p = NULL;
-  if (!win_register || !last_error || win_register(NULL, NULL, 4096, &p, 0) != 5 || p != NULL ||
-      !strstr(last_error(NULL), "ncclCommWindowRegister")) {
-    fprintf(stderr, "ncclCommWindowRegister did not refuse with ncclInvalidUsage and a message\n");
+  if (!simulate || !last_error || simulate(NULL) != 5 ||
+      !strstr(last_error(NULL), "ncclGroupSimulateEnd")) {
+    fprintf(stderr, "ncclGroupSimulateEnd did not refuse with ncclInvalidUsage and a message\n");
     failures++;
   }
   printf("dlopen: %d of %d symbols resolved: %s\n", n - missing, n, failures ? "FAIL" : "PASS");

@@ -1,8 +1,9 @@
 /* ncclMemAlloc buffers and registration, ranks as threads on the emulator. Every collective on
  * ncclMemAlloc memory, out of place and in place, first plain, then with both buffers registered
- * (ncclCommRegister) — bit-exact, #wrong counted; bad arguments of the four calls, each with its
- * code and a message, the communicator still working after them.
- *   Usage: memory <ranks 1..8> */
+ * (ncclCommRegister), then as windows (ncclCommWindowRegister) — bit-exact, #wrong counted; bad
+ * arguments of every call, each with its code and a message, the communicator still working
+ * after them.
+ *   Usage: memory threads <ranks 1..8> */
 #include <nccl.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -115,6 +116,28 @@ static int run_rank(int rank) {
   CALL(rank, ncclCommDeregister(comm, hs));
   CALL(rank, ncclCommDeregister(comm, hr));
   CALL(rank, ncclCommDeregister(comm, hf));
+
+  /* Windows: registered collectively, the user pointer comes back, collectives still exact. */
+  ncclWindow_t ws = NULL, wr = NULL;
+  CALL(rank, ncclCommWindowRegister(comm, s, bytes, &ws, NCCL_WIN_COLL_SYMMETRIC));
+  CALL(rank, ncclCommWindowRegister(comm, r, bytes, &wr, NCCL_WIN_DEFAULT));
+  void* user = NULL;
+  CALL(rank, ncclWinGetUserPtr(comm, ws, &user));
+  if (user != (void*)s) FAIL(rank, "ncclWinGetUserPtr: %p, registered %p", user, (void*)s);
+  failures += collectives(comm, rank, n, s, r, f, "windows");
+  /* Sizes that differ across ranks fail on every rank; so does one rank's bad argument. */
+  ncclWindow_t bad = NULL;
+  BAD(rank, ncclInvalidUsage,
+      ncclCommWindowRegister(comm, s, rank == 0 ? bytes : bytes / 2, &bad, NCCL_WIN_DEFAULT));
+  if (rank == 0)
+    BAD(rank, ncclInvalidArgument, ncclCommWindowRegister(comm, s, bytes, &bad, 0x40));
+  else
+    BAD(rank, ncclInvalidUsage, ncclCommWindowRegister(comm, s, bytes, &bad, NCCL_WIN_DEFAULT));
+  CALL(rank, ncclCommWindowDeregister(comm, ws));
+  CALL(rank, ncclCommWindowDeregister(comm, wr));
+  BAD(rank, ncclInvalidArgument, ncclCommWindowDeregister(comm, ws));
+  BAD(rank, ncclInvalidArgument, ncclWinGetUserPtr(comm, ws, &user));
+  failures += collectives(comm, rank, n, s, r, f, "after the windows");
 
   /* Plain malloc'd buffers may be registered too (host memory is the emulator's device memory). */
   int32_t* plain = malloc(bytes);
