@@ -131,6 +131,24 @@ static int run_rank(ncclComm_t comm) {
   CALL(rank, ncclGroupEnd());
   EXPECT(rank, "send/recv ring", C, fr[i], (float)(prev * 10 + i));
 
+  /* a pipeline: rank 0's data flows to the last rank in chunks. Chunk c leaves rank q at step
+   * c + q, so at step k rank r receives chunk k - r + 1 from r - 1 and forwards chunk k - r to
+   * r + 1, both in one group */
+  {
+    const long chunks = 4, chunk = C / chunks;
+    for (long i = 0; i < C; i++) fr[i] = rank == 0 ? (float)(i * 3) : -1;
+    for (long k = 0; k < chunks + n - 1; k++) {
+      long in = k - rank + 1, out = k - rank;
+      CALL(rank, ncclGroupStart());
+      if (rank > 0 && in >= 0 && in < chunks)
+        CALL(rank, ncclRecv(fr + in * chunk, chunk, ncclFloat, rank - 1, comm, NULL));
+      if (rank < n - 1 && out >= 0 && out < chunks)
+        CALL(rank, ncclSend(fr + out * chunk, chunk, ncclFloat, rank + 1, comm, NULL));
+      CALL(rank, ncclGroupEnd());
+    }
+    EXPECT(rank, "send/recv pipeline", chunks * chunk, fr[i], (float)(i * 3));
+  }
+
   /* nested groups mixing a collective and send/recv on one communicator: nothing runs before
    * the outermost ncclGroupEnd (on the emulator the results are in place right after it) */
   for (long i = 0; i < C; i++) is[i] = rank + (int32_t)i, ir[i] = -1, fr[i] = -1;
