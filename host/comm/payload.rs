@@ -244,10 +244,14 @@ pub(crate) fn encode_split_request<E: Display>(request: &Result<SplitRequest, E>
 /// A peer's [`encode_split_request`].
 pub(crate) fn decode_split_request(payload: &[u8]) -> Result<Outcome<SplitRequest>, FrameError> {
     take_outcome(payload, |c| {
-        let has_color = c.u8("split color flag")? != 0;
-        let color = c.u32("split color")?;
+        // One encoding per request: the flag is 0 or 1, and no color is encoded as 0.
+        let color = match (c.u8("split color flag")?, c.u32("split color")?) {
+            (0, 0) => None,
+            (1, color) => Some(color),
+            _ => return Err(FrameError::Malformed("split color")),
+        };
         Ok(SplitRequest {
-            color: has_color.then_some(color),
+            color,
             key: c.u32("split key")? as i32,
             port: c.u16("split port")?,
         })
@@ -461,6 +465,16 @@ mod tests {
                 decode_split_request,
                 &Ok(request),
             );
+        }
+        // Found by the control fuzz target: a flag byte other than 0 / 1 (or a color without
+        // its flag) decoded, and re-encoded to different bytes.
+        for bytes in [
+            [
+                1u8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x00,
+            ],
+            [1, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 1],
+        ] {
+            assert!(decode_split_request(&bytes).is_err(), "{bytes:?} decoded");
         }
         round_trip(
             &encode_split_request(&failure("no port")),
