@@ -37,7 +37,7 @@ def main():
     wrong = {}
 
     version = torch.cuda.nccl.version()
-    if tuple(version) != SYMCOMM_NCCL_VERSION:
+    if tuple(version)[:3] != SYMCOMM_NCCL_VERSION:
         print(f"rank {rank}: torch loaded NCCL {version}, not symcomm-nccl "
               f"{SYMCOMM_NCCL_VERSION}: LD_PRELOAD did not take", flush=True)
         return 1
