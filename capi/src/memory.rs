@@ -114,6 +114,51 @@ fn check_range(buff: usize, size: usize) -> Result<(), Fail> {
 /// Handles of registrations, unique in the process (never 0).
 static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(1);
 
+/// The checks of a buffer to register: `out` (where its handle goes, named `what`) and `buff`
+/// non-null, `size` > 0, and a range that starts in an `ncclMemAlloc` allocation ends in it.
+fn check_registration(
+    out: *mut *mut c_void,
+    what: &str,
+    buff: *mut c_void,
+    size: usize,
+) -> Result<(), Fail> {
+    if out.is_null() {
+        return Err(Fail::invalid_argument(format!("{what} is NULL")));
+    }
+    if buff.is_null() {
+        return Err(Fail::invalid_argument("buff is NULL"));
+    }
+    if size == 0 {
+        return Err(Fail::invalid_argument("size is 0"));
+    }
+    check_range(buff as usize, size)
+}
+
+/// Records `size` bytes at `buff` on `c` under a new handle, written to `out` (checked).
+fn register(
+    c: &comm::Comm,
+    buff: *mut c_void,
+    size: usize,
+    out: *mut *mut c_void,
+    what: &str,
+) -> Result<(), Fail> {
+    let h = NEXT_HANDLE.fetch_add(1, Ordering::Relaxed);
+    c.register_buffer(h, buff as u64, size);
+    put(out, what, h as *mut c_void)
+}
+
+/// Ends registration `handle` of `comm` (`what` names its kind in the error).
+fn deregister(comm: CommPtr, handle: *mut c_void, what: &str) -> Result<(), Fail> {
+    if comm::lookup(comm)?.deregister_buffer(handle as usize) {
+        Ok(())
+    } else {
+        Err(Fail::invalid_argument(format!(
+            "{handle:p} is not a {what} of this communicator (deregistered already, or made on \
+             another one)"
+        )))
+    }
+}
+
 /// `ncclCommRegister`: registers `size` bytes at `buff` with `comm`; `*handle` names the
 /// registration for `ncclCommDeregister`.
 #[unsafe(no_mangle)]
@@ -126,19 +171,8 @@ pub unsafe extern "C" fn ncclCommRegister(
     guard("ncclCommRegister", || {
         let c = comm::lookup(comm)?;
         c.check_usable()?;
-        if handle.is_null() {
-            return Err(Fail::invalid_argument("handle is NULL"));
-        }
-        if buff.is_null() {
-            return Err(Fail::invalid_argument("buff is NULL"));
-        }
-        if size == 0 {
-            return Err(Fail::invalid_argument("size is 0"));
-        }
-        check_range(buff as usize, size)?;
-        let h = NEXT_HANDLE.fetch_add(1, Ordering::Relaxed);
-        c.register_buffer(h, buff as u64, size);
-        put(handle, "handle", h as *mut c_void)
+        check_registration(handle, "handle", buff, size)?;
+        register(&c, buff, size, handle, "handle")
     })
 }
 
@@ -146,15 +180,7 @@ pub unsafe extern "C" fn ncclCommRegister(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclCommDeregister(comm: CommPtr, handle: *mut c_void) -> NcclResult {
     guard("ncclCommDeregister", || {
-        let c = comm::lookup(comm)?;
-        if c.deregister_buffer(handle as usize) {
-            Ok(())
-        } else {
-            Err(Fail::invalid_argument(format!(
-                "handle {handle:p} is not a registration of this communicator (deregistered \
-                 already, or from ncclCommRegister of another one)"
-            )))
-        }
+        deregister(comm, handle, "registration")
     })
 }
 
@@ -207,17 +233,15 @@ pub unsafe extern "C" fn ncclCommWindowRegister(
     guard("ncclCommWindowRegister", || {
         let c = comm::lookup(comm)?;
         c.check_usable()?;
-        let valid = if win.is_null() {
-            Err(Fail::invalid_argument("win is NULL"))
-        } else if buff.is_null() || size == 0 {
-            Err(Fail::invalid_argument("buff is NULL or size is 0"))
-        } else if win_flags & !WIN_FLAGS != 0 {
-            Err(Fail::invalid_argument(format!(
-                "winFlags {win_flags:#x} has bits NCCL does not define"
-            )))
-        } else {
-            check_range(buff as usize, size)
-        };
+        let valid = check_registration(win, "win", buff, size).and_then(|()| {
+            if win_flags & !WIN_FLAGS == 0 {
+                Ok(())
+            } else {
+                Err(Fail::invalid_argument(format!(
+                    "winFlags {win_flags:#x} has bits NCCL does not define"
+                )))
+            }
+        });
         // Every rank takes part, a bad one too, so that all fail together instead of waiting.
         let same = agree(
             &c,
@@ -233,9 +257,7 @@ pub unsafe extern "C" fn ncclCommWindowRegister(
                  rank's arguments were refused)",
             ));
         }
-        let h = NEXT_HANDLE.fetch_add(1, Ordering::Relaxed);
-        c.register_buffer(h, buff as u64, size);
-        put(win, "win", h as *mut c_void)
+        register(&c, buff, size, win, "win")
     })
 }
 
@@ -243,13 +265,7 @@ pub unsafe extern "C" fn ncclCommWindowRegister(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclCommWindowDeregister(comm: CommPtr, win: *mut c_void) -> NcclResult {
     guard("ncclCommWindowDeregister", || {
-        if comm::lookup(comm)?.deregister_buffer(win as usize) {
-            Ok(())
-        } else {
-            Err(Fail::invalid_argument(format!(
-                "win {win:p} is not a window of this communicator (deregistered already?)"
-            )))
-        }
+        deregister(comm, win, "window")
     })
 }
 
