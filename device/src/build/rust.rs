@@ -1,0 +1,434 @@
+//! Rust kernel crates (`symcomm-kernel`, issue "Rust kernels"): the GPU image of a crate of
+//! `kernel!`s.
+//!
+//! 1. PTX: `rustup run <nightly> cargo rustc --target nvptx64-nvidia-cuda -Zbuild-std=core` on the
+//!    crate, one codegen unit, `-Cpanic=immediate-abort` (a panic traps in place instead of
+//!    calling into `core`), `--emit=asm` to one file. The toolchain is `SYMCOMM_RUST_NIGHTLY`
+//!    (default `nightly`); it needs the `rust-src` component.
+//! 2. The PTX is checked: every `.extern .func` must be a `symcomm_rs_*` function of the device
+//!    library's C ABI (`kernel/ffi.cu`); anything else (a `core` function the optimizer did not
+//!    inline) would fail at link time with a worse message.
+//! 3. Per SASS architecture: `ptxas -c` the PTX, `nvcc -rdc=true -c` the C ABI, `nvlink` the two
+//!    into one cubin; `fatbinary` packs the cubins. Calls across the boundary are real calls.
+//!
+//! On the emulator the same crate, built for the host by cargo as an ordinary dependency, provides
+//! the `symcomm_emu_entry_<name>` functions; `symcomm-kernel`'s own build script compiles the C
+//! ABI for the emulator.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::{SASS_ARCHS, io_error, read};
+use crate::Error;
+use crate::toolchain::Nvcc;
+
+/// The C ABI of the device library for Rust kernels.
+pub const KERNEL_FFI_SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../kernel/ffi.cu");
+/// The directory of the device library's private kernel headers (`collective_kernel.cuh`), which
+/// the C ABI includes.
+pub(super) const KERNELS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/kernels");
+/// The `symcomm-kernel` crate's sources (rebuilds when they change).
+pub(super) const KERNEL_CRATE_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../kernel");
+
+/// The nvptx target of Rust kernels.
+pub const RUST_TARGET: &str = "nvptx64-nvidia-cuda";
+/// The PTX target of Rust kernels: the oldest SASS target, so that one PTX serves every SASS.
+pub const RUST_PTX_CPU: &str = "sm_80";
+
+/// One Rust kernel crate, built.
+#[derive(Debug, Clone)]
+pub(super) struct RustModule {
+    /// The crate's directory, as given.
+    pub dir: PathBuf,
+    /// The crate's name as Rust code names it (`my_kernels`).
+    pub crate_ident: String,
+    /// The kernels (`.entry` names of the PTX).
+    pub kernels: Vec<String>,
+    /// The linked fatbin; `None` when the GPU image was not built (`SYMCOMM_RUST_PTX=none`).
+    pub fatbin: Option<PathBuf>,
+}
+
+/// The package name in a `Cargo.toml` (the `name` of its `[package]` table), as a Rust
+/// identifier (`-` becomes `_`), or the `[lib]` name when it has one.
+pub(super) fn crate_ident(manifest: &str) -> Option<String> {
+    let mut table = "";
+    let (mut package, mut lib) = (None, None);
+    for line in manifest.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            table = line;
+            continue;
+        }
+        let Some(rest) = line.strip_prefix("name") else {
+            continue;
+        };
+        let Some(value) = rest.trim_start().strip_prefix('=') else {
+            continue;
+        };
+        let value = value.trim().trim_matches('"').replace('-', "_");
+        match table {
+            "[package]" => package = Some(value),
+            "[lib]" => lib = Some(value),
+            _ => {}
+        }
+    }
+    lib.or(package)
+}
+
+/// `.entry` names of a PTX file.
+pub fn ptx_entries(ptx: &str) -> Vec<String> {
+    ptx.lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            let rest = l
+                .strip_prefix(".visible .entry ")
+                .or_else(|| l.strip_prefix(".entry "))?;
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '$')
+                .collect();
+            (!name.is_empty()).then_some(name)
+        })
+        .collect()
+}
+
+/// Functions a PTX file calls but does not define (`.extern .func [(.param ... retval)] name`).
+pub fn ptx_extern_functions(ptx: &str) -> Vec<String> {
+    ptx.lines()
+        .filter_map(|l| {
+            let mut rest = l.trim().strip_prefix(".extern .func")?.trim_start();
+            if rest.starts_with('(') {
+                rest = rest[rest.find(')')? + 1..].trim_start();
+            }
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '$')
+                .collect();
+            (!name.is_empty()).then_some(name)
+        })
+        .collect()
+}
+
+/// Names of the kernels a Rust kernel crate defines: the `fn` of every `kernel!` invocation in
+/// its sources (`src/**/*.rs`), sorted. The PTX's `.entry` list must agree.
+pub fn source_kernels(dir: &Path) -> Result<Vec<String>, Error> {
+    let re = regex::Regex::new(
+        r"(?s)kernel!\s*[\{\(]\s*(?:(?:#\[[^\]]*\]|//[^\n]*\n)\s*)*(?:pub(?:\([^)]*\))?\s+)?fn\s+([A-Za-z_][A-Za-z0-9_]*)",
+    )
+    .map_err(|e| Error::CompileFailed {
+        tool: "symcomm build",
+        what: "the kernel! pattern".into(),
+        status: e.to_string(),
+        stderr: String::new(),
+    })?;
+    let mut files = Vec::new();
+    rust_files(&dir.join("src"), &mut files)?;
+    let mut names = Vec::new();
+    for f in files {
+        let text = read(&f)?;
+        names.extend(re.captures_iter(&text).map(|c| c[1].to_owned()));
+    }
+    names.sort();
+    names.dedup();
+    Ok(names)
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), Error> {
+    for entry in std::fs::read_dir(dir).map_err(|e| io_error(dir, e))? {
+        let path = entry.map_err(|e| io_error(dir, e))?.path();
+        if path.is_dir() {
+            rust_files(&path, out)?;
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// How the nightly toolchain is reached: `rustup run <toolchain>`.
+fn rustup() -> PathBuf {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
+    if let Some(p) = home.map(|h| h.join("bin/rustup")).filter(|p| p.is_file()) {
+        return p;
+    }
+    PathBuf::from("rustup")
+}
+
+/// Builds the PTX of the crate at `dir` into `out` (step 1 of the module docs).
+fn build_ptx(dir: &Path, work: &Path, out: &Path) -> Result<(), Error> {
+    let toolchain = std::env::var("SYMCOMM_RUST_NIGHTLY").unwrap_or_else(|_| "nightly".into());
+    let rustup = rustup();
+    let mut cmd = Command::new(&rustup);
+    // A clean environment: the outer cargo's variables (RUSTC, RUSTFLAGS, CARGO_TARGET_DIR,
+    // RUSTUP_TOOLCHAIN, the build script's own) must not leak into the nested build.
+    cmd.env_clear();
+    for var in [
+        "PATH",
+        "HOME",
+        "CARGO_HOME",
+        "RUSTUP_HOME",
+        "TMPDIR",
+        "USER",
+        "LANG",
+    ] {
+        if let Some(v) = std::env::var_os(var) {
+            cmd.env(var, v);
+        }
+    }
+    cmd.env(
+        "CARGO_ENCODED_RUSTFLAGS",
+        "-Zunstable-options\x1f-Cpanic=immediate-abort",
+    )
+    .arg("run")
+    .arg(&toolchain)
+    .arg("cargo")
+    .arg("rustc")
+    .arg("--quiet")
+    .arg("--manifest-path")
+    .arg(dir.join("Cargo.toml"))
+    .arg("--lib")
+    .arg("--release")
+    .arg("--target")
+    .arg(RUST_TARGET)
+    .arg("-Zbuild-std=core")
+    .arg("--target-dir")
+    .arg(work)
+    .arg("--")
+    .arg(format!("--emit=asm={}", out.display()))
+    .arg(format!("-Ctarget-cpu={RUST_PTX_CPU}"))
+    .arg("-Ccodegen-units=1")
+    .arg("-Cdebuginfo=0");
+    let output = cmd.output().map_err(|source| Error::ToolStart {
+        tool: "rustup",
+        path: rustup.clone(),
+        source: source.into(),
+    })?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        let hint = if stderr.contains("rust-src") || stderr.contains("build-std") {
+            format!(
+                "\nhint: Rust kernels need the nightly toolchain `{toolchain}` with rust-src: rustup toolchain install {toolchain} && rustup component add rust-src --toolchain {toolchain} (or SYMCOMM_RUST_PTX=none for an emulator-only build)"
+            )
+        } else {
+            String::new()
+        };
+        return Err(Error::CompileFailed {
+            tool: "rustc (nvptx64)",
+            what: dir.display().to_string(),
+            status: output.status.to_string(),
+            stderr: stderr + &hint,
+        });
+    }
+    Ok(())
+}
+
+/// Runs one toolchain command; its stderr in the error.
+fn run(tool: &'static str, cmd: &mut Command, what: &str) -> Result<(), Error> {
+    let path = PathBuf::from(cmd.get_program());
+    let out = cmd.output().map_err(|source| Error::ToolStart {
+        tool,
+        path,
+        source: source.into(),
+    })?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(Error::CompileFailed {
+            tool,
+            what: what.to_owned(),
+            status: out.status.to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+}
+
+/// The tool `name` next to `nvcc` (the pinned toolchain keeps ptxas, nvlink and fatbinary there).
+fn sibling(nvcc: &Nvcc, name: &str) -> PathBuf {
+    nvcc.path
+        .parent()
+        .map(|d| d.join(name))
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from(name))
+}
+
+/// Builds the GPU image of the Rust kernel crate at `dir` (steps 1-3 of the module docs) into
+/// `out_dir`. Without nvcc, or with `SYMCOMM_RUST_PTX=none`, it builds no GPU image (a cargo
+/// warning says so) and the kernels run on the emulator only.
+pub(super) fn build(
+    dir: &Path,
+    includes: &[PathBuf],
+    nvcc: Option<&Nvcc>,
+    out_dir: &Path,
+) -> Result<RustModule, Error> {
+    let manifest = read(&dir.join("Cargo.toml"))?;
+    let crate_ident = crate_ident(&manifest).ok_or_else(|| Error::CompileFailed {
+        tool: "symcomm build",
+        what: dir.join("Cargo.toml").display().to_string(),
+        status: "no [package] name".into(),
+        stderr: String::new(),
+    })?;
+    let work = out_dir.join("rust-kernels").join(&crate_ident);
+    std::fs::create_dir_all(&work).map_err(|e| io_error(&work, e))?;
+    let ptx_path = work.join(format!("{crate_ident}.ptx"));
+    let kernels = source_kernels(dir)?;
+    let emulator_only = |why: &str| {
+        println!(
+            "cargo:warning=symcomm: Rust kernels of `{crate_ident}` get no GPU image ({why}); the emulator works as usual"
+        );
+        RustModule {
+            dir: dir.to_owned(),
+            crate_ident: crate_ident.clone(),
+            kernels: kernels.clone(),
+            fatbin: None,
+        }
+    };
+    if std::env::var("SYMCOMM_RUST_PTX").is_ok_and(|v| v == "none") {
+        return Ok(emulator_only("SYMCOMM_RUST_PTX=none"));
+    }
+    build_ptx(dir, &work.join("target"), &ptx_path)?;
+    let ptx = read(&ptx_path)?;
+    let mut entries = ptx_entries(&ptx);
+    entries.sort();
+    if entries != kernels {
+        return Err(Error::CompileFailed {
+            tool: "rustc (nvptx64)",
+            what: dir.display().to_string(),
+            status: format!(
+                "the PTX defines the kernels {entries:?}, the sources' kernel! invocations {kernels:?}"
+            ),
+            stderr: "write each kernel as `kernel! { [docs] [pub] fn name(..) { .. } }`".into(),
+        });
+    }
+    if let Some(bad) = ptx_extern_functions(&ptx)
+        .into_iter()
+        .find(|f| !f.starts_with("symcomm_rs_"))
+    {
+        return Err(Error::CompileFailed {
+            tool: "rustc (nvptx64)",
+            what: dir.display().to_string(),
+            status: format!("the PTX calls `{bad}`, which nothing defines"),
+            stderr: "Rust kernels may call only the device library (symcomm_rs_*) and #[inline] code; \
+                     a call into `core` left in the PTX usually comes from formatting or a panic path"
+                .into(),
+        });
+    }
+    let Some(nvcc) = nvcc else {
+        return Ok(emulator_only("no nvcc, ptxas and nvlink"));
+    };
+    let (ptxas, nvlink, fatbinary) = (
+        sibling(nvcc, "ptxas"),
+        sibling(nvcc, "nvlink"),
+        sibling(nvcc, "fatbinary"),
+    );
+    let results: Vec<Result<PathBuf, Error>> = std::thread::scope(|scope| {
+        let jobs: Vec<_> = SASS_ARCHS
+            .iter()
+            .map(|arch| {
+                let (work, ptx_path, ptxas, nvlink, crate_ident) =
+                    (&work, &ptx_path, &ptxas, &nvlink, &crate_ident);
+                scope.spawn(move || -> Result<PathBuf, Error> {
+                    let rust_o = work.join(format!("rust.{arch}.o"));
+                    let ffi_o = work.join(format!("ffi.{arch}.o"));
+                    let cubin = work.join(format!("{arch}.cubin"));
+                    run(
+                        "ptxas",
+                        Command::new(ptxas)
+                            .arg(format!("-arch={arch}"))
+                            .arg("-O3")
+                            .arg("-c")
+                            .arg(ptx_path)
+                            .arg("-o")
+                            .arg(&rust_o),
+                        &ptx_path.display().to_string(),
+                    )?;
+                    let mut cc = Command::new(&nvcc.path);
+                    cc.arg("-std=c++17")
+                        .arg("-O3")
+                        .arg("-rdc=true")
+                        .arg(format!("-arch={arch}"))
+                        .arg("-c");
+                    for inc in includes {
+                        cc.arg("-I").arg(inc);
+                    }
+                    cc.arg("-I")
+                        .arg(KERNELS_DIR)
+                        .arg(KERNEL_FFI_SOURCE)
+                        .arg("-o")
+                        .arg(&ffi_o);
+                    run("nvcc", &mut cc, KERNEL_FFI_SOURCE)?;
+                    run(
+                        "nvlink",
+                        Command::new(nvlink)
+                            .arg(format!("-arch={arch}"))
+                            .arg(&rust_o)
+                            .arg(&ffi_o)
+                            .arg("-o")
+                            .arg(&cubin),
+                        &format!("{crate_ident} for {arch}"),
+                    )?;
+                    Ok(cubin)
+                })
+            })
+            .collect();
+        jobs.into_iter()
+            .map(|j| {
+                j.join().unwrap_or_else(|_| {
+                    Err(Error::CompileFailed {
+                        tool: "symcomm build",
+                        what: "a Rust kernel link".into(),
+                        status: "the linking thread panicked".into(),
+                        stderr: String::new(),
+                    })
+                })
+            })
+            .collect()
+    });
+    let fatbin = work.join(format!("{crate_ident}.fatbin"));
+    let mut pack = Command::new(&fatbinary);
+    pack.arg(format!("--create={}", fatbin.display()))
+        .arg("-64");
+    for (arch, cubin) in SASS_ARCHS.iter().zip(results) {
+        let cubin = cubin?;
+        let sm = arch.trim_start_matches("sm_");
+        pack.arg(format!(
+            "--image3=kind=elf,sm={sm},file={}",
+            cubin.display()
+        ));
+    }
+    run("fatbinary", &mut pack, &crate_ident)?;
+    Ok(RustModule {
+        dir: dir.to_owned(),
+        crate_ident,
+        kernels,
+        fatbin: Some(fatbin),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn reads_the_crate_name() {
+        let m =
+            "[package]\nname = \"my-kernels\"\nversion = \"0.1.0\"\n[dependencies]\nname = \"x\"\n";
+        assert_eq!(crate_ident(m).as_deref(), Some("my_kernels"));
+        let m = "[package]\nname = \"a\"\n[lib]\nname = \"b_lib\"\n";
+        assert_eq!(crate_ident(m).as_deref(), Some("b_lib"));
+        assert_eq!(crate_ident("[dependencies]\nname = \"x\"\n"), None);
+    }
+
+    #[test]
+    fn lists_entries_and_extern_functions() {
+        let ptx = ".version 7.0\n.extern .func  (.param .b32 func_retval0) symcomm_rs_barrier\n(\n\t.param .b64 p0\n)\n;\n.extern .func core_panic\n(\n.param .b64 x\n);\n.visible .entry k1(\n\t.param .u64 a\n)\n{\n}\n.entry k_2(\n)\n";
+        assert_eq!(ptx_entries(ptx), ["k1", "k_2"]);
+        assert_eq!(
+            ptx_extern_functions(ptx),
+            ["symcomm_rs_barrier", "core_panic"]
+        );
+    }
+}

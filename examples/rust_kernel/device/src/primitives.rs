@@ -1,0 +1,1 @@
+//! Test kernels: one per primitive family of symcomm-kernel (filled in below).
