@@ -131,22 +131,11 @@ fn every_kernel_has_a_spill_free_ptxas_report_per_architecture() {
 
 /// The entries of a fatbin: (kind, arch) with kind 1 = PTX, 2 = ELF (SASS).
 fn fatbin_entries(bin: &[u8]) -> Vec<(u16, u32)> {
-    let u16_at = |o: usize| u16::from_le_bytes(bin[o..o + 2].try_into().unwrap());
-    let u32_at = |o: usize| u32::from_le_bytes(bin[o..o + 4].try_into().unwrap());
-    let u64_at = |o: usize| u64::from_le_bytes(bin[o..o + 8].try_into().unwrap());
-    assert!(bin.len() >= 16, "fatbin of {} bytes", bin.len());
-    assert_eq!(u32_at(0), 0xBA55_ED50, "not a fatbin (magic)");
-    let header = usize::from(u16_at(6));
-    let end = header + u64_at(8) as usize;
-    assert!(end <= bin.len(), "fatbin size field past the end");
-    let mut out = Vec::new();
-    let mut at = header;
-    while at < end {
-        let (kind, entry_header, payload) = (u16_at(at), u32_at(at + 4), u64_at(at + 8));
-        out.push((kind, u32_at(at + 28)));
-        at += entry_header as usize + payload as usize;
-    }
-    out
+    symcomm_device::image::fatbin_entries(bin)
+        .expect("not a fatbin")
+        .into_iter()
+        .map(|e| (e.kind, e.arch))
+        .collect()
 }
 
 #[test]

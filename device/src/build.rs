@@ -512,7 +512,7 @@ impl DeviceBuild {
             let _ = writeln!(
                 s,
                 "            source_name: {:?},",
-                format!("{}.rs", r.crate_ident)
+                format!("{}.ptx", r.crate_ident)
             );
             match &r.fatbin {
                 Some(f) => {
@@ -546,6 +546,16 @@ impl DeviceBuild {
                 file_name(src),
                 abs.display().to_string()
             );
+        }
+        for r in rust {
+            if let Some(ptx) = &r.ptx {
+                let _ = writeln!(
+                    s,
+                    "        ::symcomm_device::image::SourceFile {{ name: {:?}, contents: include_str!({:?}) }},",
+                    format!("{}.ptx", r.crate_ident),
+                    ptx.display().to_string()
+                );
+            }
         }
         for (path, name) in headers {
             let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());

@@ -106,3 +106,50 @@ impl DeviceImage {
         self.sources.iter().find(|s| s.name == name)
     }
 }
+
+/// One image inside a fatbin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FatbinEntry {
+    /// 1: PTX, 2: ELF (SASS).
+    pub kind: u16,
+    /// Architecture number (`90` for `sm_90` / `compute_90`).
+    pub arch: u32,
+}
+
+impl FatbinEntry {
+    /// The kind of a PTX entry.
+    pub const PTX: u16 = 1;
+    /// The kind of an ELF (SASS) entry.
+    pub const ELF: u16 = 2;
+}
+
+/// The entries of a fatbin (as `fatbinary` and nvcc write them), or `None` when `bin` is not one
+/// (wrong magic, a size past the end).
+pub fn fatbin_entries(bin: &[u8]) -> Option<Vec<FatbinEntry>> {
+    let u16_at = |o: usize| Some(u16::from_le_bytes(bin.get(o..o + 2)?.try_into().ok()?));
+    let u32_at = |o: usize| Some(u32::from_le_bytes(bin.get(o..o + 4)?.try_into().ok()?));
+    let u64_at = |o: usize| Some(u64::from_le_bytes(bin.get(o..o + 8)?.try_into().ok()?));
+    if u32_at(0)? != 0xBA55_ED50 {
+        return None;
+    }
+    let header = usize::from(u16_at(6)?);
+    let end = header.checked_add(usize::try_from(u64_at(8)?).ok()?)?;
+    if end > bin.len() {
+        return None;
+    }
+    let mut out = Vec::new();
+    let mut at = header;
+    while at < end {
+        let (kind, entry_header, payload) = (u16_at(at)?, u32_at(at + 4)?, u64_at(at + 8)?);
+        out.push(FatbinEntry {
+            kind,
+            arch: u32_at(at + 28)?,
+        });
+        let step = usize::try_from(u64::from(entry_header) + payload).ok()?;
+        if step == 0 {
+            return None;
+        }
+        at = at.checked_add(step)?;
+    }
+    Some(out)
+}

@@ -6,6 +6,7 @@
 //!   emulator entry points) that build scripts embed in a crate.
 //! - [`emu`]: the CPU emulator runtime (C++ in `emu/`), which runs the same CUDA C++ kernels on
 //!   OS threads.
+//! - [`ptx`]: reading PTX text (entries, unresolved calls).
 //! - [`toolchain`]: where the CUDA compiler is (`SYMCOMM_NVCC`, `CUDA_HOME`, `PATH`, the pinned
 //!   cache).
 //! - `build` (feature `build`): the build helper that compiles `.cu` files into a fatbin and into
@@ -16,6 +17,7 @@ pub mod abi;
 pub mod emu;
 mod error;
 pub mod image;
+pub mod ptx;
 pub mod toolchain;
 
 #[cfg(feature = "build")]

@@ -20,6 +20,7 @@ use std::process::Command;
 
 use super::{SASS_ARCHS, io_error, read};
 use crate::Error;
+use crate::ptx::{ptx_entries, ptx_extern_functions};
 use crate::toolchain::Nvcc;
 
 /// The C ABI of the device library for Rust kernels.
@@ -46,6 +47,8 @@ pub(super) struct RustModule {
     pub kernels: Vec<String>,
     /// The linked fatbin; `None` when the GPU image was not built (`SYMCOMM_RUST_PTX=none`).
     pub fatbin: Option<PathBuf>,
+    /// The crate's PTX (embedded as the source `<crate>.ptx`), when built.
+    pub ptx: Option<PathBuf>,
 }
 
 /// The package name in a `Cargo.toml` (the `name` of its `[package]` table), as a Rust
@@ -73,40 +76,6 @@ pub(super) fn crate_ident(manifest: &str) -> Option<String> {
         }
     }
     lib.or(package)
-}
-
-/// `.entry` names of a PTX file.
-pub fn ptx_entries(ptx: &str) -> Vec<String> {
-    ptx.lines()
-        .filter_map(|l| {
-            let l = l.trim();
-            let rest = l
-                .strip_prefix(".visible .entry ")
-                .or_else(|| l.strip_prefix(".entry "))?;
-            let name: String = rest
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '$')
-                .collect();
-            (!name.is_empty()).then_some(name)
-        })
-        .collect()
-}
-
-/// Functions a PTX file calls but does not define (`.extern .func [(.param ... retval)] name`).
-pub fn ptx_extern_functions(ptx: &str) -> Vec<String> {
-    ptx.lines()
-        .filter_map(|l| {
-            let mut rest = l.trim().strip_prefix(".extern .func")?.trim_start();
-            if rest.starts_with('(') {
-                rest = rest[rest.find(')')? + 1..].trim_start();
-            }
-            let name: String = rest
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '$')
-                .collect();
-            (!name.is_empty()).then_some(name)
-        })
-        .collect()
 }
 
 /// Names of the kernels a Rust kernel crate defines: the `fn` of every `kernel!` invocation in
@@ -282,6 +251,7 @@ pub(super) fn build(
             crate_ident: crate_ident.clone(),
             kernels: kernels.clone(),
             fatbin: None,
+            ptx: None,
         }
     };
     if std::env::var("SYMCOMM_RUST_PTX").is_ok_and(|v| v == "none") {
@@ -315,7 +285,10 @@ pub(super) fn build(
         });
     }
     let Some(nvcc) = nvcc else {
-        return Ok(emulator_only("no nvcc, ptxas and nvlink"));
+        return Ok(RustModule {
+            ptx: Some(ptx_path),
+            ..emulator_only("no nvcc, ptxas and nvlink")
+        });
     };
     let (ptxas, nvlink, fatbinary) = (
         sibling(nvcc, "ptxas"),
@@ -403,6 +376,7 @@ pub(super) fn build(
         crate_ident,
         kernels,
         fatbin: Some(fatbin),
+        ptx: Some(ptx_path),
     })
 }
 
@@ -423,12 +397,21 @@ mod tests {
     }
 
     #[test]
-    fn lists_entries_and_extern_functions() {
-        let ptx = ".version 7.0\n.extern .func  (.param .b32 func_retval0) symcomm_rs_barrier\n(\n\t.param .b64 p0\n)\n;\n.extern .func core_panic\n(\n.param .b64 x\n);\n.visible .entry k1(\n\t.param .u64 a\n)\n{\n}\n.entry k_2(\n)\n";
-        assert_eq!(ptx_entries(ptx), ["k1", "k_2"]);
-        assert_eq!(
-            ptx_extern_functions(ptx),
-            ["symcomm_rs_barrier", "core_panic"]
-        );
+    fn finds_the_kernels_of_the_sources() {
+        let dir = std::env::temp_dir().join(format!("symcomm-rust-kernels-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("src/nested")).unwrap();
+        std::fs::write(
+            dir.join("src/lib.rs"),
+            "symcomm_kernel::kernel! {\n    /// Docs with { braces }.\n    #[allow(unused)]\n    pub fn first(a: u32) {}\n}\n// kernel! in a comment has no fn\nkernel!{ fn second() { } }\nfn not_a_kernel() {}\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("src/nested/more.rs"),
+            "crate::kernel! {\n pub(crate) fn third(x: u64) {}\n}\n",
+        )
+        .unwrap();
+        assert_eq!(source_kernels(&dir).unwrap(), ["first", "second", "third"]);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -4,7 +4,7 @@
 //! host), unchanged on a GPU.
 //!
 //! ```text
-//! cargo run --release -p rust-kernel -- [--ranks N] [--rows R] [--cols C] [--iters K]
+//! cargo run --release -p rust-kernel -- [--ranks N] [--rows R] [--cols C] [--iters K] [--compare-builtin]
 //!     N ranks as threads of this process (default 4)
 //! symcomm launch -n N target/release/rust-kernel [--rows R] ...
 //!     N ranks as processes (the launcher's variables are read by Communicator::from_env)
@@ -12,6 +12,11 @@
 //! `SYMCOMM_DEVICE` picks the backend (`auto`: a GPU if there is one, else the emulator;
 //! `emu`; `cuda:<n>`). Every rank checks its output against a host reference, bit for bit, and
 //! prints `#wrong`; the exit status is non-zero if any element is wrong or anything fails.
+//!
+//! `--compare-builtin` then runs the device library's all-reduce from a Rust kernel
+//! (`rust_all_reduce`, one-shot and two-shot) against the host collective (the built-in C++
+//! kernel) on the same windows, 4 KiB..64 MiB: results bit for bit equal, time per call printed
+//! with the ratio Rust / built-in.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::process::ExitCode;
@@ -28,6 +33,7 @@ struct Shape {
     rows: u32,
     cols: u32,
     iters: u32,
+    compare_builtin: bool,
 }
 
 /// Rank `rank`'s partial product: small integers, so every sum is exact in f32.
@@ -84,6 +90,11 @@ fn run_rank(comm: &Communicator, shape: Shape) -> Result<usize> {
         .filter(|&i| got[i].to_bits() != reference(comm.nranks(), shape, i).to_bits())
         .count();
     let checksum: f64 = got.iter().map(|&v| f64::from(v)).sum();
+    let wrong = if shape.compare_builtin {
+        wrong + compare_builtin(comm)?
+    } else {
+        wrong
+    };
     println!(
         "rank {rank}/{} on {}: {} x {} f32, {} launches in {:.2} ms, checksum {checksum}, #wrong {wrong}",
         comm.nranks(),
@@ -96,12 +107,100 @@ fn run_rank(comm: &Communicator, shape: Shape) -> Result<usize> {
     Ok(wrong)
 }
 
+/// The Rust kernel `rust_all_reduce` (the device library's grid-scope all-reduce called from
+/// Rust) against the host collective on the same windows: bit-exact, timed. Returns #wrong.
+fn compare_builtin(comm: &Communicator) -> Result<usize> {
+    const MAX: usize = 16 << 20; // 64 MiB of f32
+    let src = comm.alloc_window::<f32>(MAX)?;
+    let dst = comm.alloc_window::<f32>(MAX)?;
+    let rank = comm.rank();
+    // Small integers: every sum is exact, so every algorithm gives the same bits.
+    src.write(
+        0,
+        &(0..MAX)
+            .map(|i| ((i * 3 + rank as usize * 7) % 17) as f32)
+            .collect::<Vec<_>>(),
+    )?;
+    let stream = comm.create_stream()?;
+    let kernel = comm.load_kernel(&DEVICE_IMAGE, "rust_all_reduce")?;
+    let threads = 256;
+    // Grid-scope collectives wait across CTAs and ranks: a co-resident grid, within this rank's
+    // share of its GPU, and at most 32 CTAs (barrier indices from SYMCOMM_USER_BARRIER_FIRST).
+    let ctas = comm.co_resident_share(&kernel, threads, 0)?.min(32);
+    let mut wrong = 0;
+    let mut count = 1024usize;
+    while count <= MAX {
+        let iters = if count <= 1 << 16 { 20 } else { 5 };
+        let time = |run: &dyn Fn() -> Result<()>| -> Result<f64> {
+            run()?; // warm-up
+            stream.synchronize()?;
+            comm.barrier()?;
+            let start = Instant::now();
+            for _ in 0..iters {
+                run()?;
+            }
+            stream.synchronize()?;
+            Ok(start.elapsed().as_secs_f64() * 1e6 / f64::from(iters))
+        };
+        let builtin_us = time(&|| {
+            comm.all_reduce(
+                &src,
+                &dst,
+                count,
+                symcomm::DataType::F32,
+                symcomm::RedOp::Sum,
+                &stream,
+            )
+        })?;
+        let mut want = vec![0.0f32; count];
+        dst.read(0, &mut want)?;
+        let mut rust_us = [0.0f64; 2];
+        for algo in 0..2u32 {
+            let count64 = count as u64;
+            let args = KernelArgs::new()
+                .arg(&comm.device_handle()?)
+                .arg(&src.device_handle())
+                .arg(&dst.device_handle())
+                .arg(&count64)
+                .arg(&0u32)
+                .arg(&algo)
+                .arg(&symcomm::abi::SYMCOMM_USER_BARRIER_FIRST);
+            let config = LaunchConfig::linear(ctas, threads).co_resident();
+            // SAFETY: the arguments match rust_all_reduce's parameters (DevComm, two
+            // WindowHandle<f32>, u64, three u32), and the windows outlive the launches (the
+            // stream is synchronized in `time`).
+            rust_us[algo as usize] =
+                time(&|| unsafe { comm.launch(&stream, &kernel, config, &args) })?;
+            comm.check_error()?;
+            let mut got = vec![0.0f32; count];
+            dst.read(0, &mut got)?;
+            wrong += (0..count)
+                .filter(|&i| got[i].to_bits() != want[i].to_bits())
+                .count();
+        }
+        if rank == 0 {
+            println!(
+                "compare-builtin {:>10} B  built-in {:>9.1} us  rust one-shot {:>9.1} us ({:.2}x)  rust two-shot {:>9.1} us ({:.2}x)",
+                count * 4,
+                builtin_us,
+                rust_us[0],
+                rust_us[0] / builtin_us,
+                rust_us[1],
+                rust_us[1] / builtin_us
+            );
+        }
+        count *= 16;
+    }
+    Ok(wrong)
+}
+
 fn parse_args() -> std::result::Result<(u32, Shape), String> {
     let mut ranks = 4;
     let mut shape = Shape {
         rows: 48,
         cols: 1000,
         iters: 3,
+        compare_builtin: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -112,6 +211,10 @@ fn parse_args() -> std::result::Result<(u32, Shape), String> {
                 .filter(|&x| x > 0)
                 .ok_or(format!("{name} {v}: expected a positive integer"))
         };
+        if flag == "--compare-builtin" {
+            shape.compare_builtin = true;
+            continue;
+        }
         match flag.as_str() {
             "--ranks" => ranks = value("--ranks")?,
             "--rows" => shape.rows = value("--rows")?,

@@ -69,6 +69,14 @@ impl CudaDevice {
         module: &Module,
     ) -> Result<CudaModule> {
         let arch = self.info()?.arch();
+        if module.source_name.ends_with(".ptx") {
+            // A Rust kernel crate (symcomm_device::build::DeviceBuild::rust_kernels): its PTX
+            // calls the device library, which only the build links in (nvlink).
+            return Err(Error::Unsupported(format!(
+                "the Rust kernels of {} have no code for this GPU ({arch}): their image is linked at build time with nvlink for {:?}; build with the CUDA toolchain (scripts/install-cuda) and without SYMCOMM_RUST_PTX=none",
+                module.source, image.sass_archs
+            )));
+        }
         let ptx = nvrtc_compile(image, module, &arch)?;
         let mut m = self.load_image(ptx.as_bytes())?;
         m.origin = ModuleOrigin::Nvrtc { arch };
