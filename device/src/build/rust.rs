@@ -114,6 +114,46 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), Error> {
     Ok(())
 }
 
+/// Where the nested nvptx build and the C ABI objects live: `<target dir>/symcomm-rust-kernels`
+/// when `out_dir` is a cargo `OUT_DIR` (`<target>/<profile>/build/<pkg>-<hash>/out`), so every
+/// profile's build reuses them (core for nvptx, the C ABI per architecture); else `out_dir`.
+fn shared_dir(out_dir: &Path) -> PathBuf {
+    let target = out_dir.ancestors().nth(4).filter(|_| {
+        out_dir
+            .ancestors()
+            .nth(2)
+            .and_then(Path::file_name)
+            .is_some_and(|n| n == "build")
+    });
+    match target {
+        Some(t) => t.join("symcomm-rust-kernels"),
+        None => out_dir.join("rust-kernels"),
+    }
+}
+
+/// The cache key of the C ABI's object for `arch`: its source and every header it may include
+/// (contents), the compiler and the architecture.
+fn ffi_key(nvcc: &Nvcc, includes: &[PathBuf], arch: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (nvcc.path.as_os_str(), arch, "-std=c++17 -O3 -rdc=true").hash(&mut h);
+    let mut files = vec![PathBuf::from(KERNEL_FFI_SOURCE)];
+    let mut headers = Vec::new();
+    for dir in includes
+        .iter()
+        .chain(std::iter::once(&PathBuf::from(KERNELS_DIR)))
+    {
+        let _ = super::walk(dir, dir, &mut headers);
+    }
+    files.extend(headers.into_iter().map(|(p, _)| p));
+    files.sort();
+    for f in files {
+        f.hash(&mut h);
+        std::fs::read(&f).unwrap_or_default().hash(&mut h);
+    }
+    h.finish()
+}
+
 /// How the nightly toolchain is reached: `rustup run <toolchain>`.
 fn rustup() -> PathBuf {
     let home = std::env::var_os("CARGO_HOME")
@@ -257,7 +297,8 @@ pub(super) fn build(
     if std::env::var("SYMCOMM_RUST_PTX").is_ok_and(|v| v == "none") {
         return Ok(emulator_only("SYMCOMM_RUST_PTX=none"));
     }
-    build_ptx(dir, &work.join("target"), &ptx_path)?;
+    let shared = shared_dir(out_dir);
+    build_ptx(dir, &shared.join("target"), &ptx_path)?;
     let ptx = read(&ptx_path)?;
     let mut entries = ptx_entries(&ptx);
     entries.sort();
@@ -299,11 +340,15 @@ pub(super) fn build(
         let jobs: Vec<_> = SASS_ARCHS
             .iter()
             .map(|arch| {
-                let (work, ptx_path, ptxas, nvlink, crate_ident) =
-                    (&work, &ptx_path, &ptxas, &nvlink, &crate_ident);
+                let (work, shared, ptx_path, ptxas, nvlink, crate_ident) =
+                    (&work, &shared, &ptx_path, &ptxas, &nvlink, &crate_ident);
                 scope.spawn(move || -> Result<PathBuf, Error> {
                     let rust_o = work.join(format!("rust.{arch}.o"));
-                    let ffi_o = work.join(format!("ffi.{arch}.o"));
+                    // The C ABI's object depends only on its sources, the compiler and the
+                    // architecture: built once per content, shared by every profile's build.
+                    let ffi_dir =
+                        shared.join(format!("ffi-{:016x}", ffi_key(nvcc, includes, arch)));
+                    let ffi_o = ffi_dir.join("ffi.o");
                     let cubin = work.join(format!("{arch}.cubin"));
                     run(
                         "ptxas",
@@ -316,21 +361,28 @@ pub(super) fn build(
                             .arg(&rust_o),
                         &ptx_path.display().to_string(),
                     )?;
-                    let mut cc = Command::new(&nvcc.path);
-                    cc.arg("-std=c++17")
-                        .arg("-O3")
-                        .arg("-rdc=true")
-                        .arg(format!("-arch={arch}"))
-                        .arg("-c");
-                    for inc in includes {
-                        cc.arg("-I").arg(inc);
+                    if !ffi_o.is_file() {
+                        std::fs::create_dir_all(&ffi_dir).map_err(|e| io_error(&ffi_dir, e))?;
+                        // Written under a unique name, then renamed: concurrent builds (debug
+                        // and release at once) never see a partial object.
+                        let partial = ffi_dir.join(format!("ffi.o.{}", std::process::id()));
+                        let mut cc = Command::new(&nvcc.path);
+                        cc.arg("-std=c++17")
+                            .arg("-O3")
+                            .arg("-rdc=true")
+                            .arg(format!("-arch={arch}"))
+                            .arg("-c");
+                        for inc in includes {
+                            cc.arg("-I").arg(inc);
+                        }
+                        cc.arg("-I")
+                            .arg(KERNELS_DIR)
+                            .arg(KERNEL_FFI_SOURCE)
+                            .arg("-o")
+                            .arg(&partial);
+                        run("nvcc", &mut cc, KERNEL_FFI_SOURCE)?;
+                        std::fs::rename(&partial, &ffi_o).map_err(|e| io_error(&ffi_o, e))?;
                     }
-                    cc.arg("-I")
-                        .arg(KERNELS_DIR)
-                        .arg(KERNEL_FFI_SOURCE)
-                        .arg("-o")
-                        .arg(&ffi_o);
-                    run("nvcc", &mut cc, KERNEL_FFI_SOURCE)?;
                     run(
                         "nvlink",
                         Command::new(nvlink)
