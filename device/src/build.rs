@@ -481,60 +481,23 @@ impl DeviceBuild {
         let _ = writeln!(s, "    name: {:?},", self.name);
         let _ = writeln!(s, "    modules: &[");
         for ((src, ks), fatbin) in self.sources.iter().zip(kernels).zip(fatbins) {
-            let _ = writeln!(s, "        ::symcomm_device::image::Module {{");
-            let _ = writeln!(s, "            source: {:?},", relative(src));
-            let _ = writeln!(s, "            source_name: {:?},", file_name(src));
-            match fatbin {
-                Some(f) => {
-                    let _ = writeln!(
-                        s,
-                        "            fatbin: Some(include_bytes!({:?})),",
-                        f.display().to_string()
-                    );
-                }
-                None => {
-                    let _ = writeln!(s, "            fatbin: None,");
-                }
-            }
-            let _ = writeln!(s, "            kernels: &[");
-            for k in ks {
-                let _ = writeln!(
-                    s,
-                    "                ::symcomm_device::image::Kernel {{ name: {k:?}, emu_entry: symcomm_emu_entry_{k} }},"
-                );
-            }
-            let _ = writeln!(s, "            ],");
-            let _ = writeln!(s, "        }},");
+            render_module(
+                &mut s,
+                &relative(src),
+                &file_name(src),
+                fatbin.as_deref(),
+                ks,
+            );
         }
         for r in rust {
-            let _ = writeln!(s, "        ::symcomm_device::image::Module {{");
-            let _ = writeln!(s, "            source: {:?},", relative(&r.dir));
-            let _ = writeln!(
-                s,
-                "            source_name: {:?},",
-                format!("{}.ptx", r.crate_ident)
+            let ptx_name = format!("{}.ptx", r.crate_ident);
+            render_module(
+                &mut s,
+                &relative(&r.dir),
+                &ptx_name,
+                r.fatbin.as_deref(),
+                &r.kernels,
             );
-            match &r.fatbin {
-                Some(f) => {
-                    let _ = writeln!(
-                        s,
-                        "            fatbin: Some(include_bytes!({:?})),",
-                        f.display().to_string()
-                    );
-                }
-                None => {
-                    let _ = writeln!(s, "            fatbin: None,");
-                }
-            }
-            let _ = writeln!(s, "            kernels: &[");
-            for k in &r.kernels {
-                let _ = writeln!(
-                    s,
-                    "                ::symcomm_device::image::Kernel {{ name: {k:?}, emu_entry: symcomm_emu_entry_{k} }},"
-                );
-            }
-            let _ = writeln!(s, "            ],");
-            let _ = writeln!(s, "        }},");
         }
         let _ = writeln!(s, "    ],");
         let _ = writeln!(s, "    sources: &[");
@@ -602,6 +565,40 @@ impl DeviceBuild {
         let _ = writeln!(s, "}};");
         s
     }
+}
+
+/// One `Module { .. }` entry of the generated image.
+fn render_module(
+    s: &mut String,
+    source: &str,
+    source_name: &str,
+    fatbin: Option<&Path>,
+    kernels: &[String],
+) {
+    let _ = writeln!(s, "        ::symcomm_device::image::Module {{");
+    let _ = writeln!(s, "            source: {source:?},");
+    let _ = writeln!(s, "            source_name: {source_name:?},");
+    match fatbin {
+        Some(f) => {
+            let _ = writeln!(
+                s,
+                "            fatbin: Some(include_bytes!({:?})),",
+                f.display().to_string()
+            );
+        }
+        None => {
+            let _ = writeln!(s, "            fatbin: None,");
+        }
+    }
+    let _ = writeln!(s, "            kernels: &[");
+    for k in kernels {
+        let _ = writeln!(
+            s,
+            "                ::symcomm_device::image::Kernel {{ name: {k:?}, emu_entry: symcomm_emu_entry_{k} }},"
+        );
+    }
+    let _ = writeln!(s, "            ],");
+    let _ = writeln!(s, "        }},");
 }
 
 fn io_error(path: &Path, source: std::io::Error) -> Error {
