@@ -19,7 +19,7 @@
 //! - the host target (stable): each [`kernel!`] is the emulator entry of the same name, so the same
 //!   Rust kernel runs on the emulator's CTA fibers.
 //!
-//! ```ignore
+//! ```text
 //! #![no_std]
 //! #![cfg_attr(target_arch = "nvptx64", feature(abi_ptx))]
 //! use symcomm_kernel::prelude::*;
@@ -141,7 +141,7 @@ fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
 /// from the argument array the emulator passes (as `cuLaunchKernel`'s) and runs the same body
 /// on every emulated thread.
 ///
-/// ```ignore
+/// ```text
 /// symcomm_kernel::kernel! {
 ///     /// Docs.
 ///     pub fn name(comm: DevComm, win: WindowHandle<f32>, n: u32) { /* body */ }
