@@ -2,11 +2,15 @@
 //! with the host C++ compiler and the emulator shim, into a static library linked with this
 //! crate. On `nvptx64` nothing is built here: `symcomm_device::build` compiles `ffi.cu` with nvcc
 //! and links it with the kernels' PTX.
+//!
+//! `--cfg symcomm_kernel_staticlib` (the ThreadSanitizer route, `scripts/emu-tsan-rust`) builds
+//! the C ABI with `-fsanitize=thread`.
 use std::path::PathBuf;
 
 fn main() {
     let dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| ".".into()));
     let repo = dir.join("..");
+    println!("cargo:rustc-check-cfg=cfg(symcomm_kernel_staticlib)");
     println!("cargo:rerun-if-changed=ffi.cu");
     println!("cargo:rerun-if-changed={}", repo.join("include").display());
     println!(
@@ -29,7 +33,17 @@ fn main() {
         std::process::exit(1);
     }
     let emu = repo.join("device/emu");
-    cc::Build::new()
+    let mut build = cc::Build::new();
+    // The ThreadSanitizer route (`scripts/emu-tsan-rust`: kernels as a static library built with
+    // `-Zsanitizer=thread --cfg symcomm_kernel_staticlib`): the C ABI is instrumented too, so
+    // TSan sees every access of the Rust kernels and of the C++ primitives they call.
+    if std::env::var_os("CARGO_CFG_SYMCOMM_KERNEL_STATICLIB").is_some() {
+        build
+            .flag("-fsanitize=thread")
+            .flag("-g1")
+            .flag("-fno-omit-frame-pointer");
+    }
+    build
         .cpp(true)
         .std("c++17")
         // Emulated kernels run many element operations in tests: optimize even in debug builds.

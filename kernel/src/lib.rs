@@ -136,6 +136,22 @@ fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
     arch::trap()
 }
 
+/// The panic handler of a host build of kernels as a `#![no_std]` static library (the
+/// ThreadSanitizer route, `scripts/emu-tsan --rust`, builds with `--cfg symcomm_kernel_staticlib`):
+/// report and abort, as a trap on the emulator does.
+#[cfg(all(not(target_arch = "nvptx64"), symcomm_kernel_staticlib))]
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
+    arch::trap()
+}
+
+/// The static library of the ThreadSanitizer route is built with `-Cpanic=abort` against a
+/// precompiled `core` that names the unwinding personality; nothing unwinds, so it is never
+/// called.
+#[cfg(all(not(target_arch = "nvptx64"), symcomm_kernel_staticlib))]
+#[unsafe(no_mangle)]
+extern "C" fn rust_eh_personality() {}
+
 /// Defines a kernel: on `nvptx64` an `extern "ptx-kernel"` entry named `name` (unmangled); on
 /// any other target the emulator entry `symcomm_emu_entry_<name>`, which reads each argument
 /// from the argument array the emulator passes (as `cuLaunchKernel`'s) and runs the same body
