@@ -24,7 +24,7 @@
 //! | collective / algorithm | barriers | peer bytes        | local bytes   | why |
 //! |---|---|---|---|---|
 //! | all_reduce one_shot    | 2 | (n−1)·S           | 2·S           | every rank reads all n inputs, writes S |
-//! | all_reduce two_shot    | 3 | 2·(n−1)·S/n       | (n+1)·S/n     | reduce own block (reads n blocks), barrier, gather n−1 blocks |
+//! | all_reduce two_shot    | 3 | 2·(n−1)·S/n       | (n+1)·S/n     | reduce own block (reads n blocks), barrier, gather n−1 blocks (²) |
 //! | all_gather direct      | 2 | (n−1)·b           | b + S         | read n−1 peer blocks, copy own, write S |
 //! | reduce_scatter direct  | 2 | (n−1)·b           | 2·b           | read block r of every peer, write b |
 //! | broadcast direct       | 2 | (n−1)·S           | 2·S           | n−1 ranks read S from the root: the root's egress is the bottleneck |
@@ -32,6 +32,12 @@
 //! | scatter direct         | 2 | (n−1)·b           | 2·b           | n−1 ranks read b from the root (root egress) |
 //! | all_to_all direct      | 2 | (n−1)·b           | b + S         | read one block from every peer and the own one, write S |
 //! | sendrecv direct        | 2 | S (0 when n = 1)  | S (2·S, n = 1)| read S from the previous rank, write it |
+//!
+//! (²) The pull form's counts. The device code now pushes (reduce own block, store it into every
+//! rank's output, barrier): 2 barriers, the same peer bytes, 2·b local bytes. With those counts
+//! two-shot never costs more than one-shot in this model, at any size; the selection keeps the
+//! pull form's (conservative) costs until GPU measurements of both say where the crossover
+//! really is (`scripts/gpu-check` prints them per algorithm).
 //!
 //! Every call is one kernel launch (one `launch_us`). `peer_read_gbps` is a rank's aggregate
 //! bandwidth reading peers (NVLink ingress/egress on CUDA, shared across peers), so n−1 peers'
@@ -311,8 +317,8 @@ fn cost(coll: Collective, algo: Algorithm, s: f64, nranks: u32) -> Option<Cost> 
     Some(match (coll, algo) {
         // Barrier, read all n inputs (n−1 remote), write S, barrier.
         (Collective::AllReduce, Algorithm::OneShot) => c(2.0, (n - 1.0) * s, 2.0 * s),
-        // Barrier, reduce own block b (n−1 remote reads, 1 local read, 1 write), barrier, copy
-        // the n−1 other reduced blocks from their owners, barrier.
+        // The pull form (see (²) in the module docs): barrier, reduce own block b (n−1 remote
+        // reads, 1 local read, 1 write), barrier, copy the n−1 other reduced blocks, barrier.
         (Collective::AllReduce, Algorithm::TwoShot) => {
             c(3.0, 2.0 * (n - 1.0) * b, b + b + (n - 1.0) * b)
         }

@@ -127,10 +127,12 @@ template <RedOp Op, typename T>
 SYMCOMM_DEVICE Status all_reduce_one_shot(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
                                           WindowSlice<T> dst, uint64_t count);
 
-/// All-reduce, two-shot: rank r reduces block r of the elements (a reduce-scatter into its own
-/// `dst`), then every rank gathers the other blocks from their owners' `dst` (an all-gather).
-/// Reads each input once in total instead of once per rank: for large messages. Same buffers
-/// and in-place rule as all_reduce_one_shot; in place needs no extra rounds.
+/// All-reduce, two-shot: rank r reduces block r of the elements from every rank's `src` and
+/// pushes the result into every rank's `dst` (a reduce-scatter whose stores are the all-gather):
+/// each element is read once per rank in total and written once per rank — 2 S(n-1)/n bytes
+/// over the peer links per rank for S bytes, the minimum — with two barriers (entry and exit).
+/// For large messages. Same buffers and in-place rule as all_reduce_one_shot; in place needs no
+/// extra rounds.
 template <RedOp Op, typename T>
 SYMCOMM_DEVICE Status all_reduce_two_shot(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
                                           WindowSlice<T> dst, uint64_t count);

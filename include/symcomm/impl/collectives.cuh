@@ -258,17 +258,21 @@ SYMCOMM_DEVICE Status all_reduce_two_shot(Cta g, const DevComm& comm, CollScope 
     if (s != Status::Ok) return s;
     const bool vec = phase(src.local_ptr(0)) == phase(dst.local_ptr(0));
     const Items<T> it(part.lo, part.hi, vec, reinterpret_cast<uint64_t>(src.local_ptr(part.lo)));
+    // Push: the reduced share goes straight into every rank's dst (this rank's first), so the
+    // gather needs no barrier of its own and no rank reads another's output. Only this rank reads
+    // or writes the elements of its share, each by one thread that loads every rank's src[i]
+    // before it stores any dst[i]: in place is safe without rounds.
     run_items<T>(
         g, comm, it, false, part.slot, fp,
         [&](uint64_t i, bool pk) { return reduce_item<T, Op>(src.window, src.offset + i, n, pk); },
-        [&](uint64_t i, const Pack16<T>& v, bool pk) { store_item(dst.local_ptr(i), v, pk); });
-    s = barrier(g, comm, part.slot, fp);
-    if (s != Status::Ok) return s;
-    for (uint32_t q = 0; q < n; ++q) {
-        if (q == comm.rank) continue;
-        const Range pq = two_shot_part<T>(scope, n, count, q);
-        copy_part(g, dst.peer_ptr(q, 0), dst.local_ptr(0), pq.lo, pq.hi);
-    }
+        [&](uint64_t i, const Pack16<T>& v, bool pk) {
+            for (uint32_t k = 0; k < n; ++k) {
+                const uint32_t q = comm.rank + k < n ? comm.rank + k : comm.rank + k - n;
+                store_item(dst.peer_ptr(q, i), v, pk);
+            }
+        });
+    // Every rank's pushes into this rank's dst, and this rank's into theirs, are complete and
+    // visible on return (the barrier releases the CTA's stores and acquires the peers').
     return barrier(g, comm, part.slot, fp);
 }
 
