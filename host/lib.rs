@@ -62,6 +62,7 @@ pub use config::{TUNABLES, Tunable};
 // Errors.
 pub use error::{BootstrapErrorKind, Error, Result};
 pub use symcomm_device::abi;
+pub use symcomm_device::layout::SignalLayout;
 
 /// The CUDA driver as symcomm sees it, and the GPU handle of [`Backend::Cuda`].
 ///

@@ -121,8 +121,7 @@ SYMCOMM_DEVICE uint32_t rs_collective(const DevComm& comm, const CollArgs& args)
         }
         return SYMCOMM_STATUS_ABI_MISMATCH;
     }
-    const bool reduction = args.kind == SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT || args.kind == SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT ||
-                           args.kind == SYMCOMM_COLL_REDUCE_SCATTER || args.kind == SYMCOMM_COLL_REDUCE;
+    const bool reduction = is_reduction_kind(args.kind);
     const bool valid = args.kind < SYMCOMM_COLL_COUNT && args.dtype == uint32_t(TypeTraits<T>::dtype) &&
                        (!reduction || redop_valid(args.redop)) && args.scope <= SYMCOMM_SCOPE_CTA;
     if (!valid) return uint32_t(detail::refuse(g, comm, args.kind, SYMCOMM_REFUSED_CODE));

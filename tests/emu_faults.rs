@@ -670,11 +670,17 @@ fn mixing_in_place_and_out_of_place_is_a_mismatch() {
                 }
             })
             .collect();
+        // LL calls compare fingerprints in the header lines, the others in their first barrier.
+        let op = if kind == SYMCOMM_COLL_ALL_REDUCE_LL {
+            SYMCOMM_OP_LL_WAIT
+        } else {
+            SYMCOMM_OP_BARRIER
+        };
         for (c, rec) in run_promptly(&team, &calls, &label) {
             let r = c.rank();
             assert_eq!(
                 (rec.status, rec.rank, rec.op),
-                (SYMCOMM_STATUS_MISMATCH, r, SYMCOMM_OP_BARRIER),
+                (SYMCOMM_STATUS_MISMATCH, r, op),
                 "{label}: rank {r}'s (status, rank, op); record {rec:?}"
             );
             assert_ne!(
@@ -1549,6 +1555,12 @@ fn replayed_launches_continue_their_epochs_in_device_memory() {
         SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT,
         SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT,
     ];
+    const ALL3: &[u32] = &[
+        SYMCOMM_COLL_ALL_REDUCE_LL,
+        SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT,
+        SYMCOMM_COLL_ALL_REDUCE_LL,
+        SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT,
+    ];
     let configs = [
         Replay {
             nranks: 3,
@@ -1603,6 +1615,39 @@ fn replayed_launches_continue_their_epochs_in_device_memory() {
             kinds: BOTH,
             first_epoch: u32::MAX - 6,
         },
+        // LL: back-to-back rounds on both buffers, mixed with the barrier algorithms on the same
+        // indices, several rounds per launch (u8 x 5000 = 3 rounds on one CTA), and the flag's
+        // wrap (first_epoch also starts the LL epoch words just below 2^32 - 1 rounds).
+        Replay {
+            nranks: 3,
+            ty: U8,
+            count: 5000,
+            grid: 1,
+            block: 32,
+            cta_scope: false,
+            kinds: &[SYMCOMM_COLL_ALL_REDUCE_LL],
+            first_epoch: 0,
+        },
+        Replay {
+            nranks: 4,
+            ty: U32,
+            count: 999,
+            grid: 2,
+            block: 16,
+            cta_scope: true,
+            kinds: ALL3,
+            first_epoch: 0,
+        },
+        Replay {
+            nranks: 2,
+            ty: U64,
+            count: 700,
+            grid: 3,
+            block: 64,
+            cta_scope: false,
+            kinds: ALL3,
+            first_epoch: u32::MAX - 6,
+        },
     ];
     for Replay {
         nranks,
@@ -1624,14 +1669,22 @@ fn replayed_launches_continue_their_epochs_in_device_memory() {
         let len = elems as usize * ty.size();
         let mut team = EmuTeam::new(nranks, len as u64).expect("team");
         if first_epoch != 0 {
-            // As if every barrier index had completed `first_epoch` barriers on every rank.
+            // As if every barrier index had completed `first_epoch` barriers on every rank, and
+            // `first_epoch` LL rounds (so that the LL flags wrap during the replay).
             let comm = team.dev_comm(0, 0);
-            let words = (nranks * nranks * comm.signal_words) as usize;
-            let area = comm.signal_base as *mut u64;
-            for i in 0..words {
-                // SAFETY: the team's signal area holds nranks * nranks * signal_words aligned
-                // u64 words from `signal_base`; no kernel runs yet.
-                unsafe { area.add(i).write(u64::from(first_epoch) << 32) };
+            for r in 0..u64::from(nranks) {
+                let array = (comm.signal_base + r * comm.signal_stride) as *mut u64;
+                for i in 0..(nranks * comm.signal_words) as usize {
+                    // SAFETY: rank r's signal array holds nranks * signal_words aligned u64 words
+                    // at its start (SignalLayout); no kernel runs yet.
+                    unsafe { array.add(i).write(u64::from(first_epoch) << 32) };
+                }
+                let epochs =
+                    (comm.signal_base + r * comm.signal_stride + comm.ll_offset) as *mut u64;
+                for i in 0..SYMCOMM_USER_BARRIER_END as usize {
+                    // SAFETY: the LL area starts with one aligned u64 epoch word per barrier index.
+                    unsafe { epochs.add(i).write(u64::from(first_epoch)) };
+                }
             }
         }
         let mut sum = vec![0u64; elems as usize];

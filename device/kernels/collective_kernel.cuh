@@ -39,6 +39,12 @@ struct Call {
     }
 };
 
+/// Whether collective kind `kind` takes a reduction operator (and runs through RunReduction).
+SYMCOMM_DEVICE bool is_reduction_kind(uint32_t kind) {
+    return kind == SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT || kind == SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT ||
+           kind == SYMCOMM_COLL_ALL_REDUCE_LL || kind == SYMCOMM_COLL_REDUCE_SCATTER || kind == SYMCOMM_COLL_REDUCE;
+}
+
 template <typename T, RedOp Op>
 struct RunReduction {
     static SYMCOMM_DEVICE void run(Cta g, const Call& c, Status& st) {
@@ -49,6 +55,9 @@ struct RunReduction {
                 break;
             case SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT:
                 st = all_reduce_two_shot<Op>(g, c.comm, c.scope, src, dst, c.a.count);
+                break;
+            case SYMCOMM_COLL_ALL_REDUCE_LL:
+                st = all_reduce_ll<Op>(g, c.comm, c.scope, src, dst, c.a.count);
                 break;
             case SYMCOMM_COLL_REDUCE_SCATTER:
                 st = reduce_scatter<Op>(g, c.comm, c.scope, src, dst, c.a.count);
@@ -95,8 +104,7 @@ SYMCOMM_DEVICE void collective(const DevComm& comm, const CollArgs& args) {
         if (g.thread_rank() == 0) record_error(Thread{}, comm, Status::AbiMismatch, comm.rank, SYMCOMM_OP_COLLECTIVE, args.kind);
         return;
     }
-    const bool reduction = args.kind == SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT || args.kind == SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT ||
-                           args.kind == SYMCOMM_COLL_REDUCE_SCATTER || args.kind == SYMCOMM_COLL_REDUCE;
+    const bool reduction = is_reduction_kind(args.kind);
     // args.dtype must be this kernel's; the collective then checks the windows' type codes
     // against T, i.e. against args.dtype (WindowHandle::holds_dtype).
     const bool valid = args.kind < SYMCOMM_COLL_COUNT && args.dtype == uint32_t(TypeTraits<T>::dtype) &&

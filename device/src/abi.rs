@@ -4,7 +4,7 @@
 //! `SYMCOMM_BLESS=1 cargo test -p symcomm-device --test abi` regenerates it.
 #![allow(non_camel_case_types, non_snake_case, missing_docs, clippy::all)]
 
-pub const SYMCOMM_ABI_VERSION: u32 = 2;
+pub const SYMCOMM_ABI_VERSION: u32 = 3;
 pub const SYMCOMM_SIGNAL_WORDS: u32 = 256;
 pub const SYMCOMM_USER_SIGNAL_END: u32 = 64;
 pub const SYMCOMM_BARRIER_WORD_FIRST: u32 = 64;
@@ -14,6 +14,10 @@ pub const SYMCOMM_USER_BARRIER_FIRST: u32 = 128;
 pub const SYMCOMM_P2P_WORDS: u32 = 5;
 pub const SYMCOMM_P2P_FIRST_WORD: u32 = 251;
 pub const SYMCOMM_USER_BARRIER_END: u32 = 187;
+pub const SYMCOMM_LL_LINES: u32 = 256;
+pub const SYMCOMM_LL_LINE_BYTES: u32 = 16;
+pub const SYMCOMM_LL_EPOCH_BYTES: u32 = 1504;
+pub const SYMCOMM_COMM_SAME_GPU: u32 = 1;
 pub const SYMCOMM_STATUS_OK: u32 = 0;
 pub const SYMCOMM_STATUS_TIMEOUT: u32 = 1;
 pub const SYMCOMM_STATUS_ABORTED: u32 = 2;
@@ -47,6 +51,7 @@ pub const SYMCOMM_OP_SIGNAL: u32 = 4;
 pub const SYMCOMM_OP_PUT: u32 = 5;
 pub const SYMCOMM_OP_USER: u32 = 6;
 pub const SYMCOMM_OP_GRID_SYNC: u32 = 7;
+pub const SYMCOMM_OP_LL_WAIT: u32 = 8;
 pub const SYMCOMM_REFUSED_CODE: u32 = 1;
 pub const SYMCOMM_REFUSED_ROOT: u32 = 2;
 pub const SYMCOMM_REFUSED_OVERLAP: u32 = 3;
@@ -56,6 +61,7 @@ pub const SYMCOMM_REFUSED_DST_RANGE: u32 = 6;
 pub const SYMCOMM_REFUSED_ELEM_SIZE: u32 = 7;
 pub const SYMCOMM_REFUSED_DTYPE: u32 = 8;
 pub const SYMCOMM_REFUSED_PEER: u32 = 9;
+pub const SYMCOMM_REFUSED_LL: u32 = 10;
 pub const SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT: u32 = 0;
 pub const SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT: u32 = 1;
 pub const SYMCOMM_COLL_ALL_GATHER: u32 = 2;
@@ -64,7 +70,8 @@ pub const SYMCOMM_COLL_BROADCAST: u32 = 4;
 pub const SYMCOMM_COLL_REDUCE: u32 = 5;
 pub const SYMCOMM_COLL_SCATTER: u32 = 6;
 pub const SYMCOMM_COLL_ALL_TO_ALL: u32 = 7;
-pub const SYMCOMM_COLL_COUNT: u32 = 8;
+pub const SYMCOMM_COLL_ALL_REDUCE_LL: u32 = 8;
+pub const SYMCOMM_COLL_COUNT: u32 = 9;
 pub const SYMCOMM_SCOPE_GRID: u32 = 0;
 pub const SYMCOMM_SCOPE_CTA: u32 = 1;
 pub const SYMCOMM_BUILTIN_THREADS: u32 = 512;
@@ -94,10 +101,16 @@ pub struct DevComm {
     pub error: u64,
     #[doc = " Deadline of every bounded wait, in nanoseconds."]
     pub timeout_ns: u64,
+    #[doc = " Bytes from the start of a rank's signal array to its LL area (see SYMCOMM_LL_LINES)."]
+    pub ll_offset: u64,
+    #[doc = " Lines per region of the LL area (SYMCOMM_LL_LINES); 0: no LL area (LL collectives refuse)."]
+    pub ll_lines: u32,
+    #[doc = " SYMCOMM_COMM_* bits."]
+    pub flags: u32,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of DevComm"][::core::mem::size_of::<DevComm>() - 56usize];
+    ["Size of DevComm"][::core::mem::size_of::<DevComm>() - 72usize];
     ["Alignment of DevComm"][::core::mem::align_of::<DevComm>() - 8usize];
     ["Offset of field: DevComm::abi_version"]
         [::core::mem::offset_of!(DevComm, abi_version) - 0usize];
@@ -114,6 +127,9 @@ const _: () = {
     ["Offset of field: DevComm::error"][::core::mem::offset_of!(DevComm, error) - 40usize];
     ["Offset of field: DevComm::timeout_ns"]
         [::core::mem::offset_of!(DevComm, timeout_ns) - 48usize];
+    ["Offset of field: DevComm::ll_offset"][::core::mem::offset_of!(DevComm, ll_offset) - 56usize];
+    ["Offset of field: DevComm::ll_lines"][::core::mem::offset_of!(DevComm, ll_lines) - 64usize];
+    ["Offset of field: DevComm::flags"][::core::mem::offset_of!(DevComm, flags) - 68usize];
 };
 #[doc = " Device handle of a symmetric window (C++ wraps it as `WindowHandle<T>`).\n\n Flat layout: rank r's copy starts at `base + r * stride`; each copy holds `bytes` bytes.\n The element type travels with it so that device code can refuse a typed access of another\n type: `elem_size` bytes per element (1 for byte windows, which any element type may view) and\n `dtype`, the SYMCOMM_DTYPE_* code of the element, or SYMCOMM_DTYPE_NONE when the element is\n not one of those types."]
 #[repr(C)]

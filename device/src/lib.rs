@@ -6,6 +6,7 @@
 //!   emulator entry points) that build scripts embed in a crate.
 //! - [`emu`]: the CPU emulator runtime (C++ in `emu/`), which runs the same CUDA C++ kernels on
 //!   OS threads.
+//! - [`layout`]: the layout of a communicator's signal area (signal words, LL area).
 //! - [`ptx`]: reading PTX text (entries, unresolved calls).
 //! - [`toolchain`]: where the CUDA compiler is (`SYMCOMM_NVCC`, `CUDA_HOME`, `PATH`, the pinned
 //!   cache).
@@ -17,6 +18,7 @@ pub mod abi;
 pub mod emu;
 mod error;
 pub mod image;
+pub mod layout;
 pub mod ptx;
 pub mod toolchain;
 

@@ -116,7 +116,10 @@ fn rust_layout() -> Vec<(String, usize)> {
             signal_stride,
             abort_flag,
             error,
-            timeout_ns
+            timeout_ns,
+            ll_offset,
+            ll_lines,
+            flags
         }
     );
     layout!(

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
-use symcomm_device::abi::SYMCOMM_SIGNAL_WORDS;
+use symcomm_device::layout::SignalLayout;
 
 use super::control::{Control, ControlTiming};
 use super::fdpass::{self, Listener, LocalLinks};
@@ -116,8 +116,9 @@ impl Communicator {
         if comm.spans_one_host() {
             comm.check_devices()?;
             comm.connect_local_team()?;
-            let bytes = u64::from(nranks) * u64::from(SYMCOMM_SIGNAL_WORDS) * 8;
-            comm.signals = Some(comm.alloc_flat(Ok(bytes), 8, "signal area")?);
+            // Signal words and the LL area (symcomm_device::layout).
+            let bytes = SignalLayout::new(nranks).stride;
+            comm.signals = Some(comm.alloc_flat(Ok(bytes), 16, "signal area")?);
         }
         tracing::info!(
             target: "symcomm::init",

@@ -30,8 +30,11 @@ mod window;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use symcomm_device::abi::{DevComm, SYMCOMM_ABI_VERSION, SYMCOMM_SIGNAL_WORDS};
+use symcomm_device::abi::{
+    DevComm, SYMCOMM_ABI_VERSION, SYMCOMM_COMM_SAME_GPU, SYMCOMM_LL_LINES, SYMCOMM_SIGNAL_WORDS,
+};
 use symcomm_device::image::DeviceImage;
+use symcomm_device::layout::SignalLayout;
 
 use crate::backend::Backend;
 use crate::bootstrap::{LocalTeam, RankInfo};
@@ -254,6 +257,13 @@ impl Communicator {
             abort_flag: self.block.abort_flag_addr(),
             error: self.block.error_addr(),
             timeout_ns: u64::try_from(self.options.device_timeout.as_nanos()).unwrap_or(u64::MAX),
+            ll_offset: SignalLayout::new(self.nranks).ll_offset,
+            ll_lines: SYMCOMM_LL_LINES,
+            flags: if self.gpu_ranks == self.nranks {
+                SYMCOMM_COMM_SAME_GPU
+            } else {
+                0
+            },
         })
     }
 

@@ -16,6 +16,7 @@ fn op_name(op: u32) -> &'static str {
         symcomm_device::abi::SYMCOMM_OP_USER => "user kernel",
         symcomm_device::abi::SYMCOMM_OP_GRID_SYNC => "grid_sync",
         symcomm_device::abi::SYMCOMM_OP_PUT => "put_with_signal",
+        symcomm_device::abi::SYMCOMM_OP_LL_WAIT => "ll_wait",
         _ => "device operation",
     }
 }
@@ -54,6 +55,15 @@ pub(crate) fn describe_record(rec: &ErrorRecord) -> String {
         a::SYMCOMM_OP_COLLECTIVE => format!("collective kind {}", rec.detail),
         a::SYMCOMM_OP_USER => format!("user code {hi:#x}, value {lo}"),
         a::SYMCOMM_OP_GRID_SYNC => format!("grid_sync generation {}", rec.detail),
+        a::SYMCOMM_OP_LL_WAIT if rec.status == a::SYMCOMM_STATUS_MISMATCH => format!(
+            "LL all-reduce on barrier index {hi}: peer {} sent fingerprint {lo:#010x}, this rank \
+             called another collective",
+            rec.peer
+        ),
+        a::SYMCOMM_OP_LL_WAIT => format!(
+            "LL all-reduce on barrier index {hi}: line {lo} from peer {}",
+            rec.peer
+        ),
         op => format!("operation {op}, detail {:#x}", rec.detail),
     }
 }
@@ -68,6 +78,7 @@ fn refusal(rec: &ErrorRecord, describe: &str) -> String {
         a::SYMCOMM_OP_COLLECTIVE => match low {
             a::SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT => "all_reduce (one-shot)".to_owned(),
             a::SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT => "all_reduce (two-shot)".to_owned(),
+            a::SYMCOMM_COLL_ALL_REDUCE_LL => "all_reduce (LL)".to_owned(),
             a::SYMCOMM_COLL_ALL_GATHER => "all_gather".to_owned(),
             a::SYMCOMM_COLL_REDUCE_SCATTER => "reduce_scatter".to_owned(),
             a::SYMCOMM_COLL_BROADCAST => "broadcast".to_owned(),
@@ -98,6 +109,7 @@ fn refusal(rec: &ErrorRecord, describe: &str) -> String {
         a::SYMCOMM_REFUSED_ELEM_SIZE => "the element size is not the window's",
         a::SYMCOMM_REFUSED_DTYPE => "the element type is not the window's",
         a::SYMCOMM_REFUSED_PEER => "a peer is not a rank of the window",
+        a::SYMCOMM_REFUSED_LL => "the communicator has no LL area, or the barrier index is past it",
         _ => "a device-side precondition failed",
     };
     format!("{what} refused its arguments on the device: {why} (detail {detail:#x})")
@@ -294,6 +306,25 @@ mod tests {
                     3,
                 ),
                 "reduce_scatter refused its arguments",
+            ),
+            (
+                rec(
+                    a::SYMCOMM_STATUS_TIMEOUT,
+                    a::SYMCOMM_OP_LL_WAIT,
+                    2,
+                    (5 << 32) | 17,
+                ),
+                "LL all-reduce on barrier index 5: line 17 from peer 2",
+            ),
+            (
+                rec(
+                    a::SYMCOMM_STATUS_INVALID_ARGUMENT,
+                    a::SYMCOMM_OP_COLLECTIVE,
+                    0,
+                    (u64::from(a::SYMCOMM_REFUSED_LL) << 32)
+                        | u64::from(a::SYMCOMM_COLL_ALL_REDUCE_LL),
+                ),
+                "all_reduce (LL) refused its arguments on the device: the communicator has no LL area",
             ),
         ];
         for (r, want) in cases {

@@ -25,7 +25,7 @@ typedef unsigned long long uint64_t;
 
 /** Version of the layouts below; `DevComm::abi_version` carries it so a kernel can refuse a host
  *  built against different headers. */
-#define SYMCOMM_ABI_VERSION 2u
+#define SYMCOMM_ABI_VERSION 3u
 
 /* The signal area. Every (owner rank, writing peer) pair has SYMCOMM_SIGNAL_WORDS signal words:
  * 64-bit words in the owner's signal array that only the peer writes (epochs: values only grow).
@@ -66,6 +66,36 @@ typedef unsigned long long uint64_t;
  *  [SYMCOMM_USER_BARRIER_FIRST, SYMCOMM_USER_BARRIER_END): the last barrier word is the one
  *  before the send/recv words. */
 #define SYMCOMM_USER_BARRIER_END (SYMCOMM_P2P_FIRST_WORD - SYMCOMM_BARRIER_WORD_FIRST)
+
+/* The low-latency (LL) area. Each rank's signal array is followed, at `DevComm::ll_offset` bytes
+ * from its start, by the LL area that SYMCOMM_COLL_ALL_REDUCE_LL uses: data travels in 16-byte
+ * lines, each two 8-byte halves of (4 data bytes, 4 flag bytes) stored at once, so a reader that
+ * sees the flag it waits for in a half has that half's data too, with no barrier. The area holds,
+ * for every barrier index s in [0, SYMCOMM_USER_BARRIER_END):
+ *
+ *   - one 64-bit epoch word, only ever touched by this rank's CTA that owns index s: the LL
+ *     rounds it has run on s (words [0, SYMCOMM_USER_BARRIER_END) of the area);
+ *   - two buffers (parity 0 and 1), each with one region of `DevComm::ll_lines` lines per writing
+ *     rank: region (s, parity, writer) starts SYMCOMM_LL_EPOCH_BYTES + ((s * 2 + parity) * nranks
+ *     + writer) * ll_lines * SYMCOMM_LL_LINE_BYTES bytes into the area.
+ *
+ * Round e of index s writes buffer e & 1 with flag ((e - 1) mod (2^32 - 1)) + 1 (never 0, the
+ * value of untouched memory); a writer reuses a buffer two rounds later only after it has read
+ * every rank's lines of the round between, which each rank writes only after reading the older
+ * round: so no reset, and back-to-back launches and graph replay need nothing else. */
+/** Lines per (index, parity, writer) region of the LL area (8 data bytes each; line 0 of a
+ *  region is the round's header: the collective's fingerprint). */
+#define SYMCOMM_LL_LINES 256u
+/** Bytes of one LL line. */
+#define SYMCOMM_LL_LINE_BYTES 16u
+/** Bytes of the epoch words at the start of the LL area (one per barrier index, rounded up to a
+ *  whole line so that the regions after them are 16-byte aligned). */
+#define SYMCOMM_LL_EPOCH_BYTES ((SYMCOMM_USER_BARRIER_END * 8u + 15u) / 16u * 16u)
+
+/* Bits of DevComm::flags. */
+/** Every rank of the communicator runs on this rank's GPU: the library's own signal words
+ *  (barriers) need only `.gpu` scope. */
+#define SYMCOMM_COMM_SAME_GPU 1u
 
 /* Status of a device-side wait or operation (also the `status` of an ErrorRecord). */
 /** Completed. */
@@ -146,6 +176,9 @@ typedef unsigned long long uint64_t;
 #define SYMCOMM_OP_USER 6u
 /** A grid-wide sync across the CTAs of one launch (`grid_sync`; detail: the generation waited on). */
 #define SYMCOMM_OP_GRID_SYNC 7u
+/** A wait for a line of the LL area (`all_reduce_ll`; detail: the barrier index << 32 | the line
+ *  in its region, 0 for the header line). */
+#define SYMCOMM_OP_LL_WAIT 8u
 
 /* Why a device operation refused its arguments (bits 32..39 of ErrorRecord::detail). Every check
  * is made at entry, before any memory access and any barrier, from values that agree across ranks
@@ -169,6 +202,9 @@ typedef unsigned long long uint64_t;
 #define SYMCOMM_REFUSED_DTYPE 8u
 /** The peer is not a rank of the window. */
 #define SYMCOMM_REFUSED_PEER 9u
+/** An LL collective on a communicator without an LL area (`DevComm::ll_lines` < 2), or on a
+ *  barrier index past it (>= SYMCOMM_USER_BARRIER_END). */
+#define SYMCOMM_REFUSED_LL 10u
 
 /* Collective kinds (CollArgs::kind; part of the fingerprint, so ranks must agree on the
  * algorithm too). */
@@ -188,8 +224,11 @@ typedef unsigned long long uint64_t;
 #define SYMCOMM_COLL_SCATTER 6u
 /** All-to-all: rank r's block p goes to rank p's block r. */
 #define SYMCOMM_COLL_ALL_TO_ALL 7u
+/** All-reduce, low latency: every rank stores its input as LL lines into every peer's LL area
+ *  and reduces what arrives in its own, with no barrier (small messages). */
+#define SYMCOMM_COLL_ALL_REDUCE_LL 8u
 /** Number of collective kinds. */
-#define SYMCOMM_COLL_COUNT 8u
+#define SYMCOMM_COLL_COUNT 9u
 
 /** Grid scope: every CTA of the launch works on one buffer; CTA b uses barrier index index + b. */
 #define SYMCOMM_SCOPE_GRID 0u
@@ -225,6 +264,12 @@ typedef struct DevComm {
     uint64_t error;
     /** Deadline of every bounded wait, in nanoseconds. */
     uint64_t timeout_ns;
+    /** Bytes from the start of a rank's signal array to its LL area (see SYMCOMM_LL_LINES). */
+    uint64_t ll_offset;
+    /** Lines per region of the LL area (SYMCOMM_LL_LINES); 0: no LL area (LL collectives refuse). */
+    uint32_t ll_lines;
+    /** SYMCOMM_COMM_* bits. */
+    uint32_t flags;
 } DevComm;
 
 /**
@@ -363,13 +408,14 @@ typedef struct P2pArgs {
 #define SYMCOMM_ABI_ASSERT(cond, msg) _Static_assert(cond, msg)
 #define SYMCOMM_ABI_ALIGNOF(t) _Alignof(t)
 #endif
-SYMCOMM_ABI_ASSERT(sizeof(DevComm) == 56 && SYMCOMM_ABI_ALIGNOF(DevComm) == 8, "DevComm layout");
+SYMCOMM_ABI_ASSERT(sizeof(DevComm) == 72 && SYMCOMM_ABI_ALIGNOF(DevComm) == 8, "DevComm layout");
 SYMCOMM_ABI_ASSERT(sizeof(WindowHandleRaw) == 40 && SYMCOMM_ABI_ALIGNOF(WindowHandleRaw) == 8, "WindowHandleRaw layout");
 SYMCOMM_ABI_ASSERT(sizeof(ErrorRecord) == 32 && SYMCOMM_ABI_ALIGNOF(ErrorRecord) == 8, "ErrorRecord layout");
 /* NVRTC has neither offsetof nor __builtin_offsetof; nvcc and the host compilers check offsets. */
 #if !defined(__CUDACC_RTC__)
 SYMCOMM_ABI_ASSERT(__builtin_offsetof(DevComm, signal_base) == 16, "DevComm.signal_base");
 SYMCOMM_ABI_ASSERT(__builtin_offsetof(DevComm, timeout_ns) == 48, "DevComm.timeout_ns");
+SYMCOMM_ABI_ASSERT(__builtin_offsetof(DevComm, flags) == 68, "DevComm.flags");
 SYMCOMM_ABI_ASSERT(__builtin_offsetof(WindowHandleRaw, rank) == 24, "WindowHandleRaw.rank");
 SYMCOMM_ABI_ASSERT(__builtin_offsetof(WindowHandleRaw, elem_size) == 32, "WindowHandleRaw.elem_size");
 SYMCOMM_ABI_ASSERT(__builtin_offsetof(WindowHandleRaw, dtype) == 36, "WindowHandleRaw.dtype");

@@ -97,6 +97,7 @@ struct Range {
 /// rank reads only part P of each input block of every rank and writes only part P of this rank's
 /// output blocks (indices relative to the slices, as in the table at the top):
 ///   all_reduce_one_shot  src[P] of every rank             -> dst[P]
+///   all_reduce_ll        src[P] of every rank (via LL lines) -> dst[P]
 ///   all_gather           src[P] of every rank             -> dst[r*count + P] for every r
 ///   reduce_scatter       src[r*count + P] of every rank, reduced -> rank r's dst[P]
 ///   broadcast            root's src[P]                    -> dst[P]
@@ -136,6 +137,24 @@ SYMCOMM_DEVICE Status all_reduce_one_shot(Cta g, const DevComm& comm, CollScope 
 template <RedOp Op, typename T>
 SYMCOMM_DEVICE Status all_reduce_two_shot(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
                                           WindowSlice<T> dst, uint64_t count);
+
+/// All-reduce, low latency (LL): no barrier at all. Each CTA copies its part (cta_part) of
+/// this rank's `src` into every peer's LL area as 16-byte lines that carry 8 data bytes and the
+/// round's flag (abi.h, SYMCOMM_LL_LINES), then waits for every peer's lines in its own LL area
+/// and reduces them in rank order into `dst` — one one-way trip of latency instead of two barrier
+/// round trips, for twice the peer bytes (the flags): for small messages. Rounds of
+/// `comm.ll_lines - 1` lines per CTA (2040 bytes with SYMCOMM_LL_LINES); each round begins with a
+/// header line per peer holding the call's fingerprint, so ranks that disagree on the call get
+/// Mismatch. Peers never touch this rank's `src` or `dst`: on return the caller may overwrite
+/// its input and read its output at once, and in place needs nothing extra. Uses the LL state of
+/// barrier index `part.slot` (the CTA's barrier index, as the other collectives), which it keeps
+/// in device memory, so back-to-back calls and graph replay need no reset.
+/// Same buffers, in-place rule and results as all_reduce_one_shot; refused (InvalidArgument,
+/// SYMCOMM_REFUSED_LL) on a communicator without an LL area (`comm.ll_lines` < 2) or a barrier
+/// index >= SYMCOMM_USER_BARRIER_END. Waits fail with op SYMCOMM_OP_LL_WAIT.
+template <RedOp Op, typename T>
+SYMCOMM_DEVICE Status all_reduce_ll(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                                    WindowSlice<T> dst, uint64_t count);
 
 /// All-gather: rank r's `src[0, count)` lands in every rank's `dst[r*count, +count)`.
 /// In place: src.offset == dst.offset + rank*count in the same window.

@@ -70,6 +70,22 @@ SYMCOMM_DEVICE uint64_t atomic_add_release(uint64_t* p, uint64_t v);
 template <Scope S>
 SYMCOMM_DEVICE uint64_t atomic_add_acq_rel(uint64_t* p, uint64_t v);
 
+/// One 16-byte line of the low-latency protocol (abi.h, SYMCOMM_LL_LINES): two 8-byte halves, each
+/// 4 data bytes (bits 0..31) and a flag (bits 32..63). 16-byte aligned.
+struct alignas(16) LlLine {
+    uint64_t half[2];
+};
+
+/// Stores both halves of a line with one 16-byte store (`st.volatile.v4.u32`: relaxed, system
+/// scope, never cached in L1; emulator: each half an 8-byte relaxed atomic store). Only each
+/// 8-byte half is single-copy atomic (a reader may see one half new and the other old), which is
+/// why every half carries its own flag. Orders nothing.
+SYMCOMM_DEVICE void ll_store(LlLine* p, uint64_t half0, uint64_t half1);
+
+/// Loads both halves of a line (`ld.volatile.v4.u32`; emulator: two 8-byte relaxed atomic loads).
+/// Each half is read atomically; the two may come from different stores.
+SYMCOMM_DEVICE void ll_load(const LlLine* p, uint64_t& half0, uint64_t& half1);
+
 /// Nanoseconds of a clock shared by every SM of the GPU (`%globaltimer`; emulator: steady clock).
 /// Its resolution is about a microsecond on current GPUs; use it for deadlines, not for timing.
 SYMCOMM_DEVICE uint64_t globaltimer_ns();

@@ -262,6 +262,31 @@ pub fn all_reduce_two_shot<T: Element>(
     )
 }
 
+/// All-reduce, low latency: every rank's input travels as LL lines (8 data bytes and a flag per
+/// 16-byte store) into every peer's LL area, with no barrier; for small messages
+/// (`all_reduce_ll` in `collectives.cuh`).
+#[inline(always)]
+pub fn all_reduce_ll<T: Element>(
+    _: Cta,
+    comm: &DevComm,
+    scope: CollScope,
+    src: WindowSlice<T>,
+    dst: WindowSlice<T>,
+    count: u64,
+    op: RedOp,
+) -> Status {
+    run(
+        comm,
+        abi::SYMCOMM_COLL_ALL_REDUCE_LL,
+        scope,
+        src,
+        dst,
+        count,
+        op as u32,
+        0,
+    )
+}
+
 /// All-gather: `src[0, count)` of rank r lands in every rank's `dst[r*count, +count)`.
 #[inline(always)]
 pub fn all_gather<T: Element>(

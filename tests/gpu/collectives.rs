@@ -144,8 +144,24 @@ pub(crate) fn collective_checks_gpu(
             for (kind, key) in [
                 (SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT, "all_reduce_one_shot"),
                 (SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT, "all_reduce_two_shot"),
+                (SYMCOMM_COLL_ALL_REDUCE_LL, "all_reduce_ll"),
             ] {
-                let outcome = perf_sweep(&mut team, kind, &pcfg, key);
+                // LL is for small messages (twice the bytes, rounds of 2 KB per CTA): up to 4 MB.
+                let ll_cfg = PerfConfig {
+                    sizes: pcfg
+                        .sizes
+                        .iter()
+                        .copied()
+                        .filter(|&s| s <= 4 << 20)
+                        .collect(),
+                    ..pcfg.clone()
+                };
+                let cfg = if kind == SYMCOMM_COLL_ALL_REDUCE_LL {
+                    &ll_cfg
+                } else {
+                    &pcfg
+                };
+                let outcome = perf_sweep(&mut team, kind, cfg, key);
                 record_figures(report, &mut figures, &format!("perf_{key}"), key, outcome);
             }
         }

@@ -57,6 +57,7 @@ pub(crate) fn emu_checks(
             for (kind, key) in [
                 (SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT, "all_reduce_one_shot"),
                 (SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT, "all_reduce_two_shot"),
+                (SYMCOMM_COLL_ALL_REDUCE_LL, "all_reduce_ll"),
             ] {
                 let outcome = perf_sweep(&mut team, kind, &pcfg, key);
                 record_figures(report, &mut figures, &format!("perf_{key}"), key, outcome);

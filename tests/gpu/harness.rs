@@ -2,10 +2,11 @@
 //! bounded wait with its abort-flag watchdog.
 
 use super::*;
+use symcomm::SignalLayout;
 
 /// N ranks as streams on one GPU, in the flat layout of the emulator's `EmuTeam` (DESIGN §3):
-/// one device allocation each for the signal area (N*N*SYMCOMM_SIGNAL_WORDS u64, zeroed; rank r's
-/// array at `signals + r * signal_stride`), the error records (one per rank), the abort flag, and
+/// one device allocation each for the signal area (`SignalLayout`: signal words and LL area,
+/// zeroed; rank r's array at `signals + r * signal_stride`), the error records (one per rank), the abort flag, and
 /// every window (rank r's copy at `base + r * stride`, the stride a multiple of 256 bytes).
 pub(crate) struct GpuTeam {
     pub(crate) nranks: u32,
@@ -47,7 +48,7 @@ impl GpuTeam {
             .collect::<symcomm::Result<Vec<_>>>()?;
         Ok(GpuTeam {
             nranks,
-            signals: dev.alloc_zeroed(n * n * SYMCOMM_SIGNAL_WORDS as usize * 8)?,
+            signals: dev.alloc_zeroed(SignalLayout::new(nranks).total_bytes() as usize)?,
             abort: dev.alloc_zeroed(4)?,
             errors: dev.alloc_zeroed(n * ERROR_RECORD_BYTES)?,
             windows,
@@ -61,10 +62,14 @@ impl GpuTeam {
             nranks: self.nranks,
             signal_words: SYMCOMM_SIGNAL_WORDS,
             signal_base: self.signals.addr(),
-            signal_stride: u64::from(self.nranks) * u64::from(SYMCOMM_SIGNAL_WORDS) * 8,
+            signal_stride: SignalLayout::new(self.nranks).stride,
             abort_flag: self.abort.addr(),
             error: self.errors.addr() + u64::from(rank) * ERROR_RECORD_BYTES as u64,
             timeout_ns,
+            ll_offset: SignalLayout::new(self.nranks).ll_offset,
+            ll_lines: SYMCOMM_LL_LINES,
+            // One GPU holds every rank of the harness.
+            flags: SYMCOMM_COMM_SAME_GPU,
         }
     }
 

@@ -2,6 +2,7 @@
 
 use super::*;
 
+#[derive(Clone)]
 pub(crate) struct PerfConfig {
     /// Message sizes in bytes (f32 elements: multiples of 4).
     pub(crate) sizes: Vec<u64>,

@@ -25,6 +25,7 @@ pub(crate) fn kind_name(kind: u32) -> &'static str {
     match kind {
         SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT => "all_reduce_one_shot",
         SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT => "all_reduce_two_shot",
+        SYMCOMM_COLL_ALL_REDUCE_LL => "all_reduce_ll",
         SYMCOMM_COLL_ALL_GATHER => "all_gather",
         SYMCOMM_COLL_REDUCE_SCATTER => "reduce_scatter",
         SYMCOMM_COLL_BROADCAST => "broadcast",
@@ -40,6 +41,7 @@ pub(crate) fn is_reduction(kind: u32) -> bool {
         kind,
         SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT
             | SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT
+            | SYMCOMM_COLL_ALL_REDUCE_LL
             | SYMCOMM_COLL_REDUCE_SCATTER
             | SYMCOMM_COLL_REDUCE
     )
@@ -356,7 +358,9 @@ pub(crate) fn exec_case<R: Ranks>(
             };
             for i in 0..count {
                 match c.kind {
-                    SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT | SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT => {
+                    SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT
+                    | SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT
+                    | SYMCOMM_COLL_ALL_REDUCE_LL => {
                         set(i, reduced(red[t as usize][i as usize]));
                     }
                     SYMCOMM_COLL_REDUCE => {

@@ -88,7 +88,7 @@ pub(crate) fn try_with_ranks_on<T: Send>(
 }
 
 /// Every collective kind, in code order.
-pub(crate) const KINDS: [u32; 8] = [
+pub(crate) const KINDS: [u32; 9] = [
     SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT,
     SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT,
     SYMCOMM_COLL_ALL_GATHER,
@@ -97,6 +97,7 @@ pub(crate) const KINDS: [u32; 8] = [
     SYMCOMM_COLL_REDUCE,
     SYMCOMM_COLL_SCATTER,
     SYMCOMM_COLL_ALL_TO_ALL,
+    SYMCOMM_COLL_ALL_REDUCE_LL,
 ];
 
 /// Elements of input and output per rank of collective `kind` on `n` ranks, in units of

@@ -27,7 +27,8 @@ namespace symcomm_test {
 struct Team {
     uint32_t nranks;
     uint64_t window_stride;
-    std::vector<uint64_t> signals;                   // nranks * nranks * SYMCOMM_SIGNAL_WORDS
+    uint64_t signal_stride;                           // bytes per rank: signal words, then the LL area
+    std::vector<uint64_t> signals;                    // nranks * signal_stride bytes
     std::vector<std::vector<unsigned char>> windows;  // each nranks * window_stride (+16)
     std::vector<ErrorRecord> errors;                  // one per rank
     uint32_t abort_flag = 0;
@@ -36,11 +37,16 @@ struct Team {
     Team(uint32_t n, uint64_t window_bytes, uint32_t nwindows = 1)
         : nranks(n),
           window_stride((window_bytes + 255) / 256 * 256),
-          signals(size_t(n) * n * SYMCOMM_SIGNAL_WORDS, 0),
+          signal_stride(ll_offset(n) + SYMCOMM_LL_EPOCH_BYTES +
+                        uint64_t(SYMCOMM_USER_BARRIER_END) * 2 * n * SYMCOMM_LL_LINES * SYMCOMM_LL_LINE_BYTES),
+          signals(size_t(n) * signal_stride / sizeof(uint64_t), 0),
           windows(nwindows, std::vector<unsigned char>(size_t(n) * ((window_bytes + 255) / 256 * 256) + 16, 0)),
           errors(n) {
         memset(errors.data(), 0, sizeof(ErrorRecord) * n);
     }
+
+    /// Bytes from a rank's signal array to its LL area (symcomm_device::layout::SignalLayout).
+    static uint64_t ll_offset(uint32_t n) { return uint64_t(n) * SYMCOMM_SIGNAL_WORDS * sizeof(uint64_t); }
 
     DevComm comm(uint32_t rank, uint64_t timeout_ns) {
         DevComm c;
@@ -49,10 +55,13 @@ struct Team {
         c.nranks = nranks;
         c.signal_words = SYMCOMM_SIGNAL_WORDS;
         c.signal_base = uint64_t(uintptr_t(signals.data()));
-        c.signal_stride = uint64_t(nranks) * SYMCOMM_SIGNAL_WORDS * sizeof(uint64_t);
+        c.signal_stride = signal_stride;
         c.abort_flag = uint64_t(uintptr_t(&abort_flag));
         c.error = uint64_t(uintptr_t(&errors[rank]));
         c.timeout_ns = timeout_ns;
+        c.ll_offset = ll_offset(nranks);
+        c.ll_lines = SYMCOMM_LL_LINES;
+        c.flags = SYMCOMM_COMM_SAME_GPU;
         return c;
     }
 

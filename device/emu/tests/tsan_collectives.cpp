@@ -59,7 +59,8 @@ struct Args {
 
 const char* kind_name(uint32_t kind) {
     static const char* const names[] = {"all_reduce_one_shot", "all_reduce_two_shot", "all_gather", "reduce_scatter",
-                                        "broadcast",           "reduce",              "scatter",    "all_to_all"};
+                                        "broadcast",           "reduce",              "scatter",    "all_to_all",
+                                        "all_reduce_ll"};
     return kind < SYMCOMM_COLL_COUNT ? names[kind] : "?";
 }
 
@@ -70,7 +71,7 @@ const char* op_name(uint32_t op) {
 
 bool is_reduction(uint32_t kind) {
     return kind == SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT || kind == SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT ||
-           kind == SYMCOMM_COLL_REDUCE_SCATTER || kind == SYMCOMM_COLL_REDUCE;
+           kind == SYMCOMM_COLL_ALL_REDUCE_LL || kind == SYMCOMM_COLL_REDUCE_SCATTER || kind == SYMCOMM_COLL_REDUCE;
 }
 
 /// Input and output sizes of a rank, in blocks of `count` elements.
@@ -270,7 +271,8 @@ void run_case(Team& team, uint32_t r, const Case& c) {
         for (uint64_t i = 0; i < c.count; ++i) {
             switch (c.kind) {
                 case SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT:
-                case SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT: put(t, i, red(t, i)); break;
+                case SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT:
+                case SYMCOMM_COLL_ALL_REDUCE_LL: put(t, i, red(t, i)); break;
                 case SYMCOMM_COLL_REDUCE:
                     if (r == c.root) put(t, i, red(t, i));
                     break;

@@ -11,10 +11,11 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use symcomm_device::abi::{
-    DevComm, ErrorRecord, SYMCOMM_ABI_VERSION, SYMCOMM_DTYPE_NONE, SYMCOMM_SIGNAL_WORDS,
-    WindowHandleRaw,
+    DevComm, ErrorRecord, SYMCOMM_ABI_VERSION, SYMCOMM_COMM_SAME_GPU, SYMCOMM_DTYPE_NONE,
+    SYMCOMM_LL_LINES, SYMCOMM_SIGNAL_WORDS, WindowHandleRaw,
 };
 use symcomm_device::image::DeviceImage;
+use symcomm_device::layout::SignalLayout;
 
 use crate::{Error, Result};
 
@@ -122,7 +123,7 @@ impl EmuTeam {
             ));
         }
         let n = nranks as usize;
-        let signal_bytes = n * n * SYMCOMM_SIGNAL_WORDS as usize * 8;
+        let signal_bytes = SignalLayout::new(nranks).total_bytes() as usize;
         let zero = ErrorRecord {
             status: 0,
             rank: 0,
@@ -164,10 +165,14 @@ impl EmuTeam {
             nranks: self.nranks,
             signal_words: SYMCOMM_SIGNAL_WORDS,
             signal_base: self.signals.addr(),
-            signal_stride: u64::from(self.nranks) * u64::from(SYMCOMM_SIGNAL_WORDS) * 8,
+            signal_stride: SignalLayout::new(self.nranks).stride,
             abort_flag: self.abort.as_ptr() as u64,
             error: std::ptr::from_mut(&mut self.errors[rank as usize]) as u64,
             timeout_ns,
+            ll_offset: SignalLayout::new(self.nranks).ll_offset,
+            ll_lines: SYMCOMM_LL_LINES,
+            // The team's ranks share the emulated GPU.
+            flags: SYMCOMM_COMM_SAME_GPU,
         }
     }
 

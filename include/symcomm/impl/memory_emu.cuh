@@ -55,6 +55,16 @@ SYMCOMM_DEVICE uint64_t atomic_add_acq_rel(uint64_t* p, uint64_t v) {
     return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL);
 }
 
+SYMCOMM_DEVICE void ll_store(LlLine* p, uint64_t half0, uint64_t half1) {
+    __atomic_store_n(&p->half[0], half0, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->half[1], half1, __ATOMIC_RELAXED);
+}
+
+SYMCOMM_DEVICE void ll_load(const LlLine* p, uint64_t& half0, uint64_t& half1) {
+    half0 = __atomic_load_n(&p->half[0], __ATOMIC_RELAXED);
+    half1 = __atomic_load_n(&p->half[1], __ATOMIC_RELAXED);
+}
+
 SYMCOMM_DEVICE uint64_t globaltimer_ns() { return symcomm_emu_globaltimer_ns(); }
 
 SYMCOMM_DEVICE void backoff(unsigned ns) {

@@ -110,6 +110,19 @@ SYMCOMM_DEVICE uint64_t atomic_add_acq_rel(uint64_t* p, uint64_t v) {
     return old;
 }
 
+SYMCOMM_DEVICE void ll_store(LlLine* p, uint64_t half0, uint64_t half1) {
+    asm volatile("st.volatile.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(uint32_t(half0)),
+                 "r"(uint32_t(half0 >> 32)), "r"(uint32_t(half1)), "r"(uint32_t(half1 >> 32))
+                 : "memory");
+}
+
+SYMCOMM_DEVICE void ll_load(const LlLine* p, uint64_t& half0, uint64_t& half1) {
+    uint32_t a, b, c, d;
+    asm volatile("ld.volatile.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(p) : "memory");
+    half0 = (uint64_t(b) << 32) | a;
+    half1 = (uint64_t(d) << 32) | c;
+}
+
 SYMCOMM_DEVICE uint64_t globaltimer_ns() {
     uint64_t t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));

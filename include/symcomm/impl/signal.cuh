@@ -42,15 +42,19 @@ SYMCOMM_DEVICE bool abort_requested(const DevComm& comm) {
     return flag != nullptr && ld_relaxed<Scope::Sys>(flag) != 0;
 }
 
-template <Scope S, typename Done>
-SYMCOMM_DEVICE Status poll_until(Thread t, const DevComm& comm, const uint64_t* p, Done done, uint32_t peer,
-                                 uint32_t op, uint64_t detail, uint64_t& seen) {
-    // The abort flag and the error record are host-mapped (a PCIe round trip per read on a GPU),
-    // so they are read on the first miss and then once every kFlagSpins spins, not every spin;
-    // the deadline is checked every spin (the timer is local).
+namespace detail {
+
+/// The bounded wait under every wait of the library: calls `ready()` (which loads what it waits
+/// for and says whether it is there) until it returns true, the deadline passes (Timeout,
+/// recorded), the abort flag is raised (Aborted, recorded) or an error is already recorded on
+/// this rank (returned). The abort flag and the error record are host-mapped (a PCIe round trip
+/// per read on a GPU), so they are read on the first miss and then once every kFlagSpins spins,
+/// not every spin; the deadline is checked every spin (the timer is local).
+template <typename Ready>
+SYMCOMM_DEVICE Status poll_ready(Thread t, const DevComm& comm, Ready ready, uint32_t peer, uint32_t op,
+                                 uint64_t detail) {
     constexpr uint32_t kFlagSpins = 64;
-    seen = ld_acquire<S>(p);
-    if (done(seen)) return Status::Ok;
+    if (ready()) return Status::Ok;
     const uint64_t start = globaltimer_ns();
     for (uint32_t spins = 0;; ++spins) {
         if (spins % kFlagSpins == 0) {
@@ -61,14 +65,27 @@ SYMCOMM_DEVICE Status poll_until(Thread t, const DevComm& comm, const uint64_t* 
             const Status first = recorded_error(comm);
             if (first != Status::Ok) return first;
         }
-        seen = ld_acquire<S>(p);
-        if (done(seen)) return Status::Ok;
+        if (ready()) return Status::Ok;
         if (globaltimer_ns() - start > comm.timeout_ns) {
             record_error(t, comm, Status::Timeout, peer, op, detail);
             return Status::Timeout;
         }
         backoff(spins < 64 ? 32 : 256);
     }
+}
+
+}  // namespace detail
+
+template <Scope S, typename Done>
+SYMCOMM_DEVICE Status poll_until(Thread t, const DevComm& comm, const uint64_t* p, Done done, uint32_t peer,
+                                 uint32_t op, uint64_t detail, uint64_t& seen) {
+    return detail::poll_ready(
+        t, comm,
+        [&] {
+            seen = ld_acquire<S>(p);
+            return done(seen);
+        },
+        peer, op, detail);
 }
 
 namespace detail {
