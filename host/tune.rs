@@ -25,6 +25,7 @@
 //! |---|---|---|---|---|
 //! | all_reduce one_shot    | 2 | (n−1)·S           | 2·S           | every rank reads all n inputs, writes S |
 //! | all_reduce two_shot    | 3 | 2·(n−1)·S/n       | (n+1)·S/n     | reduce own block (reads n blocks), barrier, gather n−1 blocks (²) |
+//! | all_reduce ll          | 0 (+ hops) | 2·(n−1)·S | 2·S + 2·(n−1)·S | store S as lines (twice the bytes) into n−1 peers, read n−1 peers' lines locally, read S, write S (³) |
 //! | all_gather direct      | 2 | (n−1)·b           | b + S         | read n−1 peer blocks, copy own, write S |
 //! | reduce_scatter direct  | 2 | (n−1)·b           | 2·b           | read block r of every peer, write b |
 //! | broadcast direct       | 2 | (n−1)·S           | 2·S           | n−1 ranks read S from the root: the root's egress is the bottleneck |
@@ -38,6 +39,10 @@
 //! two-shot never costs more than one-shot in this model, at any size; the selection keeps the
 //! pull form's (conservative) costs until GPU measurements of both say where the crossover
 //! really is (`scripts/gpu-check` prints them per algorithm).
+//!
+//! (³) LL needs no barrier: its latency is one one-way trip (`ll_hop_us`) per round, and a round
+//! moves at most `ll_round_bytes` of the message (each CTA 2040 bytes, [`LL_CTA_BYTES`]); so
+//! `hops = max(1, ⌈S / ll_round_bytes⌉)`. It is offered up to [`LL_MAX_BYTES`].
 //!
 //! Every call is one kernel launch (one `launch_us`). `peer_read_gbps` is a rank's aggregate
 //! bandwidth reading peers (NVLink ingress/egress on CUDA, shared across peers), so n−1 peers'
@@ -159,18 +164,27 @@ pub enum Algorithm {
     TwoShot,
     /// The one peer-pointer algorithm of the other collectives.
     Direct,
+    /// All-reduce, low latency: data and flags in one store per 8 bytes, no barrier (small
+    /// messages).
+    Ll,
 }
 
 impl Algorithm {
     /// Every algorithm, in declaration order.
-    pub const ALL: [Algorithm; 3] = [Algorithm::OneShot, Algorithm::TwoShot, Algorithm::Direct];
+    pub const ALL: [Algorithm; 4] = [
+        Algorithm::OneShot,
+        Algorithm::TwoShot,
+        Algorithm::Direct,
+        Algorithm::Ll,
+    ];
 
-    /// The name: `one_shot`, `two_shot`, `direct`.
+    /// The name: `one_shot`, `two_shot`, `direct`, `ll`.
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::OneShot => "one_shot",
             Algorithm::TwoShot => "two_shot",
             Algorithm::Direct => "direct",
+            Algorithm::Ll => "ll",
         }
     }
 
@@ -192,6 +206,7 @@ impl Algorithm {
             (Collective::AllReduce, Algorithm::TwoShot) => {
                 Some(abi::SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT)
             }
+            (Collective::AllReduce, Algorithm::Ll) => Some(abi::SYMCOMM_COLL_ALL_REDUCE_LL),
             (Collective::AllGather, Algorithm::Direct) => Some(abi::SYMCOMM_COLL_ALL_GATHER),
             (Collective::ReduceScatter, Algorithm::Direct) => {
                 Some(abi::SYMCOMM_COLL_REDUCE_SCATTER)
@@ -204,12 +219,12 @@ impl Algorithm {
         }
     }
 
-    /// The algorithms available for `coll`, never empty: all-reduce `[OneShot, TwoShot]`
+    /// The algorithms available for `coll`, never empty: all-reduce `[OneShot, TwoShot, Ll]`
     /// (one-shot first: it wins ties and is the one-rank choice), every other collective
     /// `[Direct]`.
     pub fn available(coll: Collective) -> &'static [Algorithm] {
         match coll {
-            Collective::AllReduce => &[Algorithm::OneShot, Algorithm::TwoShot],
+            Collective::AllReduce => &[Algorithm::OneShot, Algorithm::TwoShot, Algorithm::Ll],
             _ => &[Algorithm::Direct],
         }
     }
@@ -262,7 +277,21 @@ pub struct ModelParams {
     pub peer_read_gbps: f64,
     /// One rank's local memory bandwidth (reads plus writes), GB/s (1e9 B/s).
     pub local_gbps: f64,
+    /// One LL round's latency: a line's one-way trip to a peer (a store, then the peer's poll
+    /// sees it), µs.
+    pub ll_hop_us: f64,
+    /// Bytes of a message one LL round moves across the grid ([`LL_CTA_BYTES`] per CTA times
+    /// the CTAs an LL call typically runs on).
+    pub ll_round_bytes: f64,
 }
+
+/// Data bytes one CTA moves per LL round: `SYMCOMM_LL_LINES − 1` lines (line 0 of a region is
+/// the header) of 8 data bytes.
+pub const LL_CTA_BYTES: u64 = (abi::SYMCOMM_LL_LINES as u64 - 1) * 8;
+
+/// Largest all-reduce message the model offers to LL (beyond it LL costs a round per
+/// [`ModelParams::ll_round_bytes`] and twice the bytes; one-shot and two-shot win there anyway).
+pub const LL_MAX_BYTES: u64 = 1 << 20;
 
 /// H200-class defaults — placeholders until GPU measurements replace them:
 /// - `launch_us` 4.0: `cuLaunchKernel` plus the host path; NCCL models its symmetric LL kernels
@@ -272,22 +301,33 @@ pub struct ModelParams {
 /// - `peer_read_gbps` 360: NCCL's Hopper "LSA bandwidth" (§4.4); NVLink 4 peaks at 450 GB/s per
 ///   direction.
 /// - `local_gbps` 4000: HBM3e peaks at 4.8 TB/s; about 85 % of it for copies.
+/// - `ll_hop_us` 1.0: half a barrier's round trip.
+/// - `ll_round_bytes`: 16 CTAs of [`LL_CTA_BYTES`] (an H200's 132 SMs shared by 4 ranks and 2
+///   lanes give each call about that many co-resident CTAs).
 pub const CUDA_PARAMS: ModelParams = ModelParams {
     launch_us: 4.0,
     barrier_us: 2.0,
     peer_read_gbps: 360.0,
     local_gbps: 4000.0,
+    ll_hop_us: 1.0,
+    ll_round_bytes: (16 * LL_CTA_BYTES) as f64,
 };
 
 /// Emulator defaults — rough placeholders: a launch starts an OS thread per CTA (~300 µs), a
 /// barrier is a futex-style wait among threads of different processes (~50 µs), and emulated
 /// threads move a few GB/s (peer memory is ordinary shared memory, slower than private data
 /// because of cross-core cache traffic).
+/// An LL round costs three barriers: every thread of every CTA polls its own lines, and on a
+/// CPU those are OS threads that yield in turn (measured with `symcomm perf`, 4 ranks: LL slower
+/// than one-shot from 512 bytes up), so the model never picks LL on the emulator (tests force it
+/// with `SYMCOMM_ALGO=ll`). A round is [`EMU_MAX_CTAS`] CTAs of [`LL_CTA_BYTES`].
 pub const EMU_PARAMS: ModelParams = ModelParams {
     launch_us: 300.0,
     barrier_us: 50.0,
     peer_read_gbps: 2.0,
     local_gbps: 4.0,
+    ll_hop_us: 150.0,
+    ll_round_bytes: (EMU_MAX_CTAS as u64 * LL_CTA_BYTES) as f64,
 };
 
 /// The model parameters of `backend`.
@@ -301,20 +341,29 @@ pub fn params(backend: BackendKind) -> &'static ModelParams {
 /// What one call costs before bandwidths are applied.
 struct Cost {
     barriers: f64,
+    /// LL rounds (one `ll_hop_us` each).
+    hops: f64,
     peer_bytes: f64,
     local_bytes: f64,
 }
 
-/// The counts of the module docs' table; `None` for a pair that does not exist.
-fn cost(coll: Collective, algo: Algorithm, s: f64, nranks: u32) -> Option<Cost> {
+/// The counts of the module docs' table; `None` for a pair that does not exist (and LL above
+/// [`LL_MAX_BYTES`]).
+fn cost(coll: Collective, algo: Algorithm, s: f64, nranks: u32, p: &ModelParams) -> Option<Cost> {
     let n = f64::from(nranks.max(1));
     let b = s / n;
     let c = |barriers: f64, peer_bytes: f64, local_bytes: f64| Cost {
         barriers,
+        hops: 0.0,
         peer_bytes,
         local_bytes,
     };
     Some(match (coll, algo) {
+        // No barrier; a hop per round; lines carry 8 data bytes in 16.
+        (Collective::AllReduce, Algorithm::Ll) if s <= LL_MAX_BYTES as f64 => Cost {
+            hops: (s / p.ll_round_bytes).ceil().max(1.0),
+            ..c(0.0, 2.0 * (n - 1.0) * s, 2.0 * s + 2.0 * (n - 1.0) * s)
+        },
         // Barrier, read all n inputs (n−1 remote), write S, barrier.
         (Collective::AllReduce, Algorithm::OneShot) => c(2.0, (n - 1.0) * s, 2.0 * s),
         // The pull form (see (²) in the module docs): barrier, reduce own block b (n−1 remote
@@ -358,10 +407,11 @@ pub fn predict_us(
     nranks: u32,
     p: &ModelParams,
 ) -> f64 {
-    match cost(coll, algo, bytes as f64, nranks) {
+    match cost(coll, algo, bytes as f64, nranks, p) {
         Some(c) => {
             p.launch_us
                 + c.barriers * p.barrier_us
+                + c.hops * p.ll_hop_us
                 + c.peer_bytes / (1000.0 * p.peer_read_gbps)
                 + c.local_bytes / (1000.0 * p.local_gbps)
         }
@@ -409,12 +459,41 @@ fn choose_with(
     best.0
 }
 
+/// Largest all-reduce message size in bytes for which [`choose`] picks LL with no forced
+/// algorithm: LL for every size up to it (from 8 B), another algorithm above. `None` when LL does
+/// not win even at 8 bytes (one rank: never). Exact by bisection, because LL's cost minus every
+/// other's grows with the size (more bytes per byte, and more rounds), so LL wins on a prefix.
+pub fn all_reduce_ll_limit(nranks: u32, backend: BackendKind) -> Option<u64> {
+    ll_limit_with(nranks, params(backend))
+}
+
+fn ll_limit_with(nranks: u32, p: &ModelParams) -> Option<u64> {
+    if nranks <= 1 {
+        return None;
+    }
+    let ll = |s: u64| choose_with(Collective::AllReduce, s, nranks, p, None) == Algorithm::Ll;
+    if !ll(8) {
+        return None;
+    }
+    // Invariant: LL at lo, not at hi.
+    let (mut lo, mut hi) = (8u64, LL_MAX_BYTES + 1);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if ll(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Some(lo)
+}
+
 /// Largest size [`all_reduce_crossover`] searches: 16 GiB.
 pub const CROSSOVER_MAX_BYTES: u64 = 16 << 30;
 
-/// Smallest all-reduce message size in bytes at which [`choose`] picks two-shot over one-shot
-/// with no forced algorithm: one-shot for every smaller size, two-shot for it and every larger
-/// one. `None` if never up to [`CROSSOVER_MAX_BYTES`] (one rank: never); `Some(8)` when two-shot
+/// Smallest all-reduce message size in bytes at which [`choose`] picks two-shot with no forced
+/// algorithm: one-shot or LL (see [`all_reduce_ll_limit`]) for every smaller size, two-shot for
+/// it and every larger one. `None` if never up to [`CROSSOVER_MAX_BYTES`] (one rank: never); `Some(8)` when two-shot
 /// already wins at 8 bytes.
 ///
 /// Search: powers of two from 8 B up to 16 GiB for the first that picks two-shot, then bisection
@@ -496,12 +575,14 @@ pub const EMU_MAX_CTAS: u32 = 4;
 /// arguments, so ranks that agree on them launch the same grid (grid-scope collectives need it).
 ///
 /// CTAs: one per [`PIECE_BYTES`] of the bytes a rank moves (`bytes`, the nccl-tests size; for
-/// scatter one block, `bytes / nranks`), at least 1, at most `max_ctas` (what the caller may
-/// keep resident: its share of the GPU's co-resident CTAs, within its barrier indices; 0 counts
-/// as 1) and on the emulator at most [`EMU_MAX_CTAS`] — so messages under 64 KiB run on one CTA.
-/// Threads: [`threads`].
+/// scatter one block, `bytes / nranks`), or per [`LL_CTA_BYTES`] for `algo` LL (one round per
+/// CTA while the grid allows), at least 1, at most `max_ctas` (what the caller may keep
+/// resident: its share of the GPU's co-resident CTAs, within its barrier indices; 0 counts as 1)
+/// and on the emulator at most [`EMU_MAX_CTAS`] — so messages under 64 KiB run on one CTA (LL:
+/// under 2040 bytes). Threads: [`threads`].
 pub fn geometry(
     coll: Collective,
+    algo: Algorithm,
     bytes: u64,
     nranks: u32,
     backend: BackendKind,
@@ -517,7 +598,12 @@ pub fn geometry(
         BackendKind::Emu => max_ctas.min(EMU_MAX_CTAS),
     };
     let cap = cap.max(1);
-    let ctas = work.div_ceil(PIECE_BYTES).clamp(1, u64::from(cap));
+    let piece = if algo == Algorithm::Ll {
+        LL_CTA_BYTES
+    } else {
+        PIECE_BYTES
+    };
+    let ctas = work.div_ceil(piece).clamp(1, u64::from(cap));
     let ctas = u32::try_from(ctas).unwrap_or(cap);
     (ctas, threads(nranks, backend))
 }
@@ -558,22 +644,25 @@ mod tests {
                 let pick = |s| choose(Collective::AllReduce, s, n, backend, None);
                 assert_eq!(pick(x - 8), Algorithm::OneShot, "{backend:?} n={n} {x}-8");
                 assert_eq!(pick(x - 1), Algorithm::OneShot, "{backend:?} n={n} {x}-1");
-                assert_eq!(pick(x / 2), Algorithm::OneShot, "{backend:?} n={n} {x}/2");
+                assert_ne!(pick(x / 2), Algorithm::TwoShot, "{backend:?} n={n} {x}/2");
                 assert_eq!(pick(x), Algorithm::TwoShot, "{backend:?} n={n} at {x}");
                 assert_eq!(pick(x + 1), Algorithm::TwoShot, "{backend:?} n={n} {x}+1");
                 // Every power of two from 8 B to 16 GiB is on the right side.
                 let mut s = 8u64;
                 while s <= CROSSOVER_MAX_BYTES {
-                    let want = if s < x {
-                        Algorithm::OneShot
-                    } else {
-                        Algorithm::TwoShot
-                    };
-                    assert_eq!(pick(s), want, "{backend:?} n={n} s={s} crossover {x}");
+                    assert_eq!(
+                        pick(s) == Algorithm::TwoShot,
+                        s >= x,
+                        "{backend:?} n={n} s={s} crossover {x}"
+                    );
                     s *= 2;
                 }
-                // The model's placeholders: one-shot for tiny messages on every backend.
-                assert_eq!(pick(8), Algorithm::OneShot, "{backend:?} n={n}");
+                // The model's placeholders: LL for tiny messages on GPUs, one-shot on the emulator.
+                let tiny = match backend {
+                    BackendKind::Cuda => Algorithm::Ll,
+                    BackendKind::Emu => Algorithm::OneShot,
+                };
+                assert_eq!(pick(8), tiny, "{backend:?} n={n}");
             }
         }
         for n in RANKS {
@@ -590,6 +679,61 @@ mod tests {
                 .collect();
             assert!(x[0] > x[1] && x[1] > x[2], "{backend:?}: {x:?}");
         }
+    }
+
+    #[test]
+    fn ll_limit_pins_the_choice() {
+        for n in RANKS {
+            // The emulator's LL rounds cost more than its barriers: never LL there.
+            assert_eq!(all_reduce_ll_limit(n, BackendKind::Emu), None);
+        }
+        for backend in BackendKind::ALL {
+            for n in RANKS {
+                let Some(l) = all_reduce_ll_limit(n, backend) else {
+                    assert_eq!(backend, BackendKind::Emu, "n={n}: LL never wins");
+                    continue;
+                };
+                let x = all_reduce_crossover(n, backend).unwrap();
+                assert!(l < x && l <= LL_MAX_BYTES, "{backend:?} n={n}: {l} vs {x}");
+                let pick = |s| choose(Collective::AllReduce, s, n, backend, None);
+                for s in [8, 9, l / 2, l - 1, l] {
+                    assert_eq!(pick(s), Algorithm::Ll, "{backend:?} n={n} s={s} limit {l}");
+                }
+                // Just above: one-shot (the limit is below the two-shot crossover).
+                assert_eq!(pick(l + 1), Algorithm::OneShot, "{backend:?} n={n} {l}+1");
+                let mut s = 8u64;
+                while s <= CROSSOVER_MAX_BYTES {
+                    assert_eq!(pick(s) == Algorithm::Ll, s <= l, "{backend:?} n={n} s={s}");
+                    s *= 2;
+                }
+            }
+            assert_eq!(all_reduce_ll_limit(1, backend), None);
+            assert_eq!(all_reduce_ll_limit(0, backend), None);
+        }
+        // The placeholders' limits, pinned (they move when the parameters do).
+        assert_eq!(all_reduce_ll_limit(4, BackendKind::Cuda), Some(97_920));
+        // A cheaper hop makes LL win on the emulator too (the search itself, off the defaults).
+        let p = ModelParams {
+            ll_hop_us: 25.0,
+            ..EMU_PARAMS
+        };
+        assert_eq!(ll_limit_with(2, &p), Some(24_480));
+        // Nothing above LL_MAX_BYTES, however cheap LL is.
+        let p = ModelParams {
+            ll_hop_us: 0.0,
+            ..CUDA_PARAMS
+        };
+        assert!(predict_us(Collective::AllReduce, Algorithm::Ll, LL_MAX_BYTES, 4, &p).is_finite());
+        assert_eq!(
+            predict_us(
+                Collective::AllReduce,
+                Algorithm::Ll,
+                LL_MAX_BYTES + 1,
+                4,
+                &p
+            ),
+            f64::INFINITY
+        );
     }
 
     #[test]
@@ -630,11 +774,15 @@ mod tests {
             barrier_us: 1.0,
             peer_read_gbps: f64::INFINITY,
             local_gbps: f64::INFINITY,
+            ll_hop_us: 1.0,
+            ll_round_bytes: 1e9,
         };
         assert_eq!(crossover_with(8, &p), None);
-        // Free barriers and bandwidth: every algorithm costs one launch; ties go to the first.
+        // Free barriers, hops and bandwidth: every algorithm costs one launch; ties go to the
+        // first.
         let p = ModelParams {
             barrier_us: 0.0,
+            ll_hop_us: 0.0,
             ..p
         };
         assert_eq!(
@@ -681,10 +829,13 @@ mod tests {
                             .iter()
                             .map(|&s| predict_us(coll, algo, s, n, &p))
                             .collect();
-                        assert!(
-                            t.iter().all(|x| x.is_finite() && *x > 0.0),
-                            "{coll:?} {algo:?}"
-                        );
+                        for (&s, x) in sizes.iter().zip(&t) {
+                            let offered = algo != Algorithm::Ll || s <= LL_MAX_BYTES;
+                            assert!(
+                                x.is_finite() == offered && *x > 0.0,
+                                "{coll:?} {algo:?} {s}: {x}"
+                            );
+                        }
                         for w in t.windows(2) {
                             assert!(w[0] <= w[1], "{coll:?} {algo:?} n={n}: {t:?}");
                         }
@@ -701,6 +852,8 @@ mod tests {
             barrier_us: 1.0,
             peer_read_gbps: 1.0, // 1000 B/us
             local_gbps: 2.0,     // 2000 B/us
+            ll_hop_us: 0.5,
+            ll_round_bytes: 4000.0,
         };
         let s = 8000u64;
         let at = |c, a, n| predict_us(c, a, s, n, &p);
@@ -708,6 +861,8 @@ mod tests {
         assert!((at(Collective::AllReduce, Algorithm::OneShot, 4) - 44.0).abs() < 1e-9);
         // Two-shot, n = 4: 10 + 3 + 2·3·2000/1000 + 5·2000/2000 = 30.
         assert!((at(Collective::AllReduce, Algorithm::TwoShot, 4) - 30.0).abs() < 1e-9);
+        // LL, n = 4: 10 + 2 rounds · 0.5 + 2·3·8000/1000 + (2·8000 + 2·3·8000)/2000 = 91.
+        assert!((at(Collective::AllReduce, Algorithm::Ll, 4) - 91.0).abs() < 1e-9);
         // All-gather, n = 4 (b = 2000): 10 + 2 + 3·2000/1000 + (2000 + 8000)/2000 = 23.
         assert!((at(Collective::AllGather, Algorithm::Direct, 4) - 23.0).abs() < 1e-9);
         // Broadcast, n = 4: the root serves 3·S: 10 + 2 + 24 + 8 = 44.
@@ -728,7 +883,7 @@ mod tests {
         for backend in BackendKind::ALL {
             for s in [8u64, 1 << 30] {
                 for n in [1u32, 2, 8] {
-                    for forced in [Algorithm::OneShot, Algorithm::TwoShot] {
+                    for forced in [Algorithm::OneShot, Algorithm::TwoShot, Algorithm::Ll] {
                         assert_eq!(
                             choose(Collective::AllReduce, s, n, backend, Some(forced)),
                             forced
@@ -746,7 +901,12 @@ mod tests {
                         model
                     );
                     for coll in Collective::ALL.into_iter().skip(1) {
-                        for forced in [None, Some(Algorithm::OneShot), Some(Algorithm::TwoShot)] {
+                        for forced in [
+                            None,
+                            Some(Algorithm::OneShot),
+                            Some(Algorithm::TwoShot),
+                            Some(Algorithm::Ll),
+                        ] {
                             assert_eq!(
                                 choose(coll, s, n, backend, forced),
                                 Algorithm::Direct,
@@ -760,7 +920,7 @@ mod tests {
         // Forcing the model's loser really overrides it.
         assert_eq!(
             choose(Collective::AllReduce, 8, 8, BackendKind::Cuda, None),
-            Algorithm::OneShot
+            Algorithm::Ll
         );
         assert_eq!(
             choose(
@@ -782,6 +942,7 @@ mod tests {
             match (c, a) {
                 (AllReduce, OneShot) => Some(abi::SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT),
                 (AllReduce, TwoShot) => Some(abi::SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT),
+                (AllReduce, Ll) => Some(abi::SYMCOMM_COLL_ALL_REDUCE_LL),
                 (AllGather, Direct) => Some(abi::SYMCOMM_COLL_ALL_GATHER),
                 (ReduceScatter, Direct) => Some(abi::SYMCOMM_COLL_REDUCE_SCATTER),
                 (Broadcast, Direct) => Some(abi::SYMCOMM_COLL_BROADCAST),
@@ -809,7 +970,7 @@ mod tests {
         codes.sort_unstable();
         assert_eq!(codes, (0..abi::SYMCOMM_COLL_COUNT).collect::<Vec<_>>());
         assert_eq!(Algorithm::available(SendRecv), &[Direct]);
-        assert_eq!(Algorithm::available(AllReduce), &[OneShot, TwoShot]);
+        assert_eq!(Algorithm::available(AllReduce), &[OneShot, TwoShot, Ll]);
     }
 
     #[test]
@@ -908,7 +1069,7 @@ mod tests {
         }
         assert_eq!(
             Algorithm::ALL.map(Algorithm::name),
-            ["one_shot", "two_shot", "direct"]
+            ["one_shot", "two_shot", "direct", "ll"]
         );
         assert_eq!(Algorithm::parse("auto"), None);
         assert_eq!(Algorithm::parse("ring"), None);
@@ -947,17 +1108,25 @@ mod tests {
         for backend in BackendKind::ALL {
             for coll in Collective::ALL {
                 for n in [1u32, 2, 4, 8, 100] {
-                    for max_ctas in [1u32, 2, 4, 16, 64] {
+                    for (max_ctas, &algo) in [1u32, 2, 4, 16, 64]
+                        .into_iter()
+                        .flat_map(|m| Algorithm::available(coll).iter().map(move |a| (m, a)))
+                    {
+                        let piece = if algo == Algorithm::Ll {
+                            LL_CTA_BYTES
+                        } else {
+                            64 << 10
+                        };
                         let mut s = 0u64;
                         loop {
-                            let (ctas, threads) = geometry(coll, s, n, backend, max_ctas);
+                            let (ctas, threads) = geometry(coll, algo, s, n, backend, max_ctas);
                             assert!((1..=max_ctas).contains(&ctas), "{coll:?} {s} {ctas}");
                             assert!((32..=MAX_CTA_THREADS).contains(&threads) && threads % 32 == 0);
                             assert!(threads >= n, "{coll:?} n={n}: {threads}");
                             if backend == BackendKind::Emu {
                                 assert!(ctas <= EMU_MAX_CTAS);
-                                if s < 64 << 10 {
-                                    assert_eq!(ctas, 1, "{coll:?} {s}");
+                                if s < piece {
+                                    assert_eq!(ctas, 1, "{coll:?} {algo:?} {s}");
                                 }
                             }
                             if s >= 1 << 40 {
@@ -969,20 +1138,64 @@ mod tests {
                 }
             }
             // max_ctas 0 still gives one CTA.
-            assert_eq!(geometry(Collective::AllReduce, 1 << 30, 2, backend, 0).0, 1);
+            assert_eq!(
+                geometry(
+                    Collective::AllReduce,
+                    Algorithm::OneShot,
+                    1 << 30,
+                    2,
+                    backend,
+                    0
+                )
+                .0,
+                1
+            );
         }
         // CUDA uses the barrier indices it has for large messages, one CTA for tiny ones.
         assert_eq!(
-            geometry(Collective::AllReduce, 1 << 30, 8, BackendKind::Cuda, 64),
+            geometry(
+                Collective::AllReduce,
+                Algorithm::TwoShot,
+                1 << 30,
+                8,
+                BackendKind::Cuda,
+                64
+            ),
             (64, CUDA_THREADS)
         );
         assert_eq!(
-            geometry(Collective::AllReduce, 1024, 8, BackendKind::Cuda, 64),
+            geometry(
+                Collective::AllReduce,
+                Algorithm::OneShot,
+                1024,
+                8,
+                BackendKind::Cuda,
+                64
+            ),
             (1, CUDA_THREADS)
         );
         assert_eq!(
-            geometry(Collective::AllReduce, 1 << 30, 8, BackendKind::Emu, 64),
+            geometry(
+                Collective::AllReduce,
+                Algorithm::TwoShot,
+                1 << 30,
+                8,
+                BackendKind::Emu,
+                64
+            ),
             (4, EMU_THREADS)
+        );
+        // LL: a CTA per 2040 bytes, so an 8 KB message runs on 5 CTAs where the grid allows.
+        assert_eq!(
+            geometry(
+                Collective::AllReduce,
+                Algorithm::Ll,
+                8192,
+                4,
+                BackendKind::Cuda,
+                64
+            ),
+            (5, CUDA_THREADS)
         );
     }
 }

@@ -15,6 +15,8 @@
 //! in several chunks), and the all-reduce algorithm choice (`algorithm_for`) against the model
 //! around its crossover (`SYMCOMM_ALGO`, when set, forces it); every group also runs all-reduces
 //! at counts the model runs two-shot, so the results do not depend on `SYMCOMM_ALGO`.
+//! `scripts/test` runs this file once more with `SYMCOMM_ALGO=ll`: the emulator's model never
+//! picks LL, so that run is what puts every host collective case through the LL all-reduce.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -517,6 +519,8 @@ fn check_algorithms(comm: &Communicator) -> Vec<String> {
             expect(tune::CROSSOVER_MAX_BYTES, Algorithm::OneShot);
         }
         Some(x) => {
+            // The emulator's model never picks LL (EMU_PARAMS); SYMCOMM_ALGO=ll forces it.
+            assert_eq!(tune::all_reduce_ll_limit(n, BackendKind::Emu), None);
             expect(8, Algorithm::OneShot);
             expect(x - 1, Algorithm::OneShot);
             expect(x, Algorithm::TwoShot);
@@ -549,20 +553,24 @@ fn run_group(n: u32, what: &str, cases: &[Case], options: &CommOptions, algorith
         .max()
         .unwrap()
         .next_multiple_of(4096);
-    let two_shot = cases
-        .iter()
-        .filter(|c| {
-            c.coll == Collective::AllReduce
-                && n > 1
-                && tune::choose(
-                    Collective::AllReduce,
-                    (c.count * c.dt.size) as u64,
-                    n,
-                    BackendKind::Emu,
-                    None,
-                ) == Algorithm::TwoShot
-        })
-        .count();
+    let forced = tune::algo_from_env().unwrap();
+    let of_algo = |a: Algorithm| {
+        cases
+            .iter()
+            .filter(|c| {
+                c.coll == Collective::AllReduce
+                    && n > 1
+                    && tune::choose(
+                        Collective::AllReduce,
+                        (c.count * c.dt.size) as u64,
+                        n,
+                        BackendKind::Emu,
+                        forced,
+                    ) == a
+            })
+            .count()
+    };
+    let (two_shot, ll) = (of_algo(Algorithm::TwoShot), of_algo(Algorithm::Ll));
     let t = Instant::now();
     let per_rank = with_ranks_using(n, options, |comm| {
         let algo = if algorithms {
@@ -605,7 +613,8 @@ fn run_group(n: u32, what: &str, cases: &[Case], options: &CommOptions, algorith
         }
     }
     println!(
-        "nranks={n}{what}: {run} of {} cases ({two_shot} all-reduces of two-shot size), #wrong \
+        "nranks={n}{what}: {run} of {} cases ({ll} all-reduces of LL size, {two_shot} of two-shot \
+         size), #wrong \
          {wrong}, #clobbered {clobbered}, {secs:.1} s (buffers of {cap} bytes)",
         cases.len()
     );
@@ -710,7 +719,8 @@ fn cuda_geometry(n: u32) {
             };
             if big {
                 let bytes = (count * dt.size * sb.max(rb)) as u64;
-                let (ctas, threads) = tune::geometry(coll, bytes, n, BackendKind::Cuda, cap);
+                let algo = tune::choose(coll, bytes, n, BackendKind::Cuda, None);
+                let (ctas, threads) = tune::geometry(coll, algo, bytes, n, BackendKind::Cuda, cap);
                 assert_eq!((ctas, threads), (cap, tune::CUDA_THREADS), "{coll:?}");
             }
             let in_place = rng.next() % 2 == 0;

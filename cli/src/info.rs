@@ -65,37 +65,41 @@ fn tuning_text(s: &mut String) {
     );
     let _ = writeln!(
         s,
-        "  time_us = launch + barriers x barrier + peer bytes / peer bw + local bytes / local bw"
+        "  time_us = launch + barriers x barrier + LL hops x hop + peer bytes / peer bw + local bytes / local bw"
     );
     let _ = writeln!(s, "  SYMCOMM_ALGO = {}", algo_text());
     let ranks: Vec<String> = REPORT_RANKS.iter().map(u32::to_string).collect();
     let _ = writeln!(
         s,
-        "  {:<8} {:>9} {:>10} {:>11} {:>12}   all-reduce two-shot from ({} ranks)",
+        "  {:<8} {:>9} {:>10} {:>7} {:>11} {:>12}   all-reduce LL up to | two-shot from ({} ranks)",
         "backend",
         "launch us",
         "barrier us",
+        "hop us",
         "peer GB/s",
         "local GB/s",
         ranks.join(" / ")
     );
     for b in BackendKind::ALL {
         let p = tune::params(b);
-        let cross: Vec<String> = REPORT_RANKS
-            .iter()
-            .map(|&n| {
-                tune::all_reduce_crossover(n, b).map_or_else(|| "never".to_owned(), human_bytes)
-            })
-            .collect();
+        let sizes = |f: fn(u32, BackendKind) -> Option<u64>| -> String {
+            REPORT_RANKS
+                .iter()
+                .map(|&n| f(n, b).map_or_else(|| "never".to_owned(), human_bytes))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        };
         let _ = writeln!(
             s,
-            "  {:<8} {:>9.1} {:>10.1} {:>11.1} {:>12.1}   {}",
+            "  {:<8} {:>9.1} {:>10.1} {:>7.1} {:>11.1} {:>12.1}   {} | {}",
             b.name(),
             p.launch_us,
             p.barrier_us,
+            p.ll_hop_us,
             p.peer_read_gbps,
             p.local_gbps,
-            cross.join(" / ")
+            sizes(tune::all_reduce_ll_limit),
+            sizes(tune::all_reduce_crossover)
         );
     }
 }
@@ -117,7 +121,7 @@ fn tuning_json() -> Value {
 const REPORT_RANKS: [u32; 3] = [2, 4, 8];
 
 /// The model: the formula, both backends' parameters and their all-reduce crossovers for
-/// [`REPORT_RANKS`] ranks (`bytes` null: never).
+/// [`REPORT_RANKS`] ranks: the largest LL size and the first two-shot size (`bytes` null: never).
 fn model_report() -> Value {
     let backends: serde_json::Map<String, Value> = BackendKind::ALL
         .into_iter()
@@ -127,20 +131,30 @@ fn model_report() -> Value {
                 .into_iter()
                 .map(|n| json!({ "nranks": n, "bytes": tune::all_reduce_crossover(n, b) }))
                 .collect();
+            let ll: Vec<Value> = REPORT_RANKS
+                .into_iter()
+                .map(|n| json!({ "nranks": n, "bytes": tune::all_reduce_ll_limit(n, b) }))
+                .collect();
             let params = json!({
                 "launch_us": p.launch_us,
                 "barrier_us": p.barrier_us,
                 "peer_read_gbps": p.peer_read_gbps,
                 "local_gbps": p.local_gbps,
+                "ll_hop_us": p.ll_hop_us,
+                "ll_round_bytes": p.ll_round_bytes,
             });
             (
                 b.name().to_owned(),
-                json!({ "params": params, "all_reduce_two_shot_from": cross }),
+                json!({
+                    "params": params,
+                    "all_reduce_ll_up_to": ll,
+                    "all_reduce_two_shot_from": cross,
+                }),
             )
         })
         .collect();
     json!({
-        "model": "time_us = launch_us + barriers x barrier_us + peer_bytes / (1000 x peer_read_gbps) + local_bytes / (1000 x local_gbps)",
+        "model": "time_us = launch_us + barriers x barrier_us + ll_hops x ll_hop_us + peer_bytes / (1000 x peer_read_gbps) + local_bytes / (1000 x local_gbps)",
         "params_status": "placeholders until GPU measurements replace them",
         "backends": backends,
     })
@@ -381,6 +395,15 @@ mod tests {
             for (v, n) in x.iter().zip(REPORT_RANKS) {
                 assert_eq!(v["nranks"], json!(n));
                 assert_eq!(v["bytes"], json!(tune::all_reduce_crossover(n, b)));
+            }
+            let ll = be["all_reduce_ll_up_to"].as_array().unwrap();
+            for (v, n) in ll.iter().zip(REPORT_RANKS) {
+                assert_eq!(v["bytes"], json!(tune::all_reduce_ll_limit(n, b)));
+                assert_eq!(
+                    v["bytes"].is_u64(),
+                    b == BackendKind::Cuda,
+                    "{b:?} n={n}: LL wins small messages on GPUs only"
+                );
             }
         }
     }

@@ -418,9 +418,9 @@ impl Communicator {
                     src: sw,
                     dst: rw,
                 };
-                self.launch_coll(builtin, stream, &dev, &args, msg_bytes, coll, &retain)
+                self.launch_coll(builtin, stream, &dev, &args, msg_bytes, coll, algo, &retain)
             }
-            _ => self.staged(&call, &lane, kind, builtin, stream, &dev, &retain),
+            _ => self.staged(&call, &lane, algo, kind, builtin, stream, &dev, &retain),
         };
         self.track(
             &lane,
@@ -459,10 +459,12 @@ impl Communicator {
         args: &CollArgs,
         msg_bytes: u64,
         coll: Collective,
+        algo: Algorithm,
         retain: RetainFn<'_>,
     ) -> Result<()> {
         let (grid, block) = tune::geometry(
             coll,
+            algo,
             msg_bytes,
             self.nranks,
             self.geometry_kind(),

@@ -7,7 +7,7 @@ use super::lanes::Lane;
 use super::{Builtin, Call, layout};
 use crate::comm::Communicator;
 use crate::stream::{RetainFn, Stream};
-use crate::tune::Collective;
+use crate::tune::{Algorithm, Collective};
 use crate::{Error, Result};
 
 /// Default bytes of each staging window (`SYMCOMM_STAGING_BYTES`); a lane has two
@@ -26,6 +26,7 @@ impl Communicator {
         &self,
         call: &Call<'_>,
         lane: &Lane,
+        algo: Algorithm,
         kind: u32,
         kernel: &Builtin,
         stream: &Stream,
@@ -88,6 +89,7 @@ impl Communicator {
                 &args,
                 c * size * sb.max(rb),
                 call.coll,
+                algo,
                 retain,
             )?;
             let writes_recv = call.coll != Collective::Reduce || self.rank == call.root;
