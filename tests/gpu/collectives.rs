@@ -164,6 +164,14 @@ pub(crate) fn collective_checks_gpu(
                 let outcome = perf_sweep(&mut team, kind, cfg, key);
                 record_figures(report, &mut figures, &format!("perf_{key}"), key, outcome);
             }
+            let outcome = launch_floor(&mut team, &pcfg);
+            record_figures(
+                report,
+                &mut figures,
+                "perf_launch_floor",
+                "launch_floor",
+                outcome,
+            );
         }
         Err(e) => {
             report.record("perf_team", Err(e));
@@ -197,5 +205,13 @@ pub(crate) fn collective_checks_gpu(
             report.record("perf_copy_team", Err(e));
         }
     }
+    let outcome = goal_ratios(&figures, 8 << 10, 256 << 20, "memcpy_dtod");
+    record_figures(
+        report,
+        &mut figures,
+        "perf_goal_ratios",
+        "goal_ratios",
+        outcome,
+    );
     summary.insert("figures".into(), Value::Object(figures));
 }

@@ -62,6 +62,14 @@ pub(crate) fn emu_checks(
                 let outcome = perf_sweep(&mut team, kind, &pcfg, key);
                 record_figures(report, &mut figures, &format!("perf_{key}"), key, outcome);
             }
+            let outcome = launch_floor(&mut team, &pcfg);
+            record_figures(
+                report,
+                &mut figures,
+                "perf_launch_floor",
+                "launch_floor",
+                outcome,
+            );
         }
         Err(e) => {
             report.record("perf_team", Err(e));
@@ -82,5 +90,14 @@ pub(crate) fn emu_checks(
             report.record("perf_copy_team", Err(e));
         }
     }
+    // The GPU run's ratios, at the emulator's sizes (its largest, 32 KB, for the bandwidth).
+    let outcome = goal_ratios(&figures, 8 << 10, max_bytes, "copy_kernel");
+    record_figures(
+        report,
+        &mut figures,
+        "perf_goal_ratios",
+        "goal_ratios",
+        outcome,
+    );
     summary.insert("figures".into(), Value::Object(figures));
 }

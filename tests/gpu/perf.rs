@@ -267,3 +267,78 @@ pub(crate) fn record_figures(
     }
     report.record(name, outcome);
 }
+
+/// The floor the latency goals are measured against: the collective kernel launched on every
+/// rank with nothing to move (an LL all-reduce of 0 elements: the entry checks and one CTA sync),
+/// timed as the sweeps are.
+pub(crate) fn launch_floor<R: Ranks>(team: &mut R, cfg: &PerfConfig) -> Outcome {
+    let calls = perf_calls(team, SYMCOMM_COLL_ALL_REDUCE_LL, 0, cfg.timeout);
+    let t = time_calls(team, "symcomm_collective_f32", &calls, cfg)?;
+    if let Some(e) = team
+        .errors()?
+        .iter()
+        .find(|e| e.status != SYMCOMM_STATUS_OK)
+    {
+        return Err(format!("{} op {}", status_name(e.status), e.op));
+    }
+    let us = t.as_secs_f64() * 1e6;
+    println!(
+        "# floor: an empty collective launch ({} ranks, grid {} x {}): {us:.2} us",
+        team.nranks(),
+        cfg.ctas,
+        cfg.threads
+    );
+    Ok((
+        format!("empty collective launch: {us:.2} us"),
+        json!({"time_us": us, "nranks": team.nranks()}),
+    ))
+}
+
+/// The goals' ratios from the figures of one run: the `small`-byte all-reduce time over the empty
+/// launch (LL and one-shot), and the `large`-byte two-shot bus bandwidth over the copy bandwidth
+/// of `figures[copy]` (on a GPU: 8 KB, 256 MB and the driver's device-to-device copy). Err names
+/// the figures that are missing.
+pub(crate) fn goal_ratios(
+    figures: &serde_json::Map<String, Value>,
+    small: u64,
+    large: u64,
+    copy: &str,
+) -> Outcome {
+    let row = |key: &str, size: u64| -> Option<&Value> {
+        figures.get(key)?["rows"]
+            .as_array()?
+            .iter()
+            .find(|r| r["size"].as_u64() == Some(size))
+    };
+    let num = |v: Option<&Value>, field: &str| v.and_then(|v| v[field].as_f64());
+    let floor = num(figures.get("launch_floor"), "time_us");
+    let (what, copy) = (copy, num(figures.get(copy), "gbps"));
+    let ll = num(row("all_reduce_ll", small), "time_us");
+    let one = num(row("all_reduce_one_shot", small), "time_us");
+    let two = num(row("all_reduce_two_shot", large), "busbw_gbps");
+    let (Some(floor), Some(copy), Some(ll), Some(one), Some(two)) = (floor, copy, ll, one, two)
+    else {
+        return Err(format!(
+            "figures missing: floor {floor:?}, {what} {copy:?}, ll {small} B {ll:?}, one-shot \
+             {small} B {one:?}, two-shot {large} B {two:?}"
+        ));
+    };
+    let r = json!({
+        "small_bytes": small, "large_bytes": large, "copy": what,
+        "ll_small_over_floor": ll / floor,
+        "one_shot_small_over_floor": one / floor,
+        "ll_small_minus_floor_us": ll - floor,
+        "two_shot_large_busbw_over_copy": two / copy,
+    });
+    println!(
+        "# goals: {} all-reduce LL {ll:.2} us = floor + {:.2} us ({:.2}x), one-shot {one:.2} us \
+         ({:.2}x); {} two-shot busbw {two:.2} GB/s = {:.2} of {what}'s {copy:.2} GB/s",
+        fmt_bytes(small),
+        ll - floor,
+        ll / floor,
+        one / floor,
+        fmt_bytes(large),
+        two / copy
+    );
+    Ok((format!("{r}"), r))
+}
