@@ -41,6 +41,16 @@ fn one_to_eight_ranks_init_allocate_and_see_each_others_copies() {
             assert_eq!((dev.rank, dev.nranks), (comm.rank(), nranks));
             assert_ne!(dev.signal_base, 0);
             assert!(dev.signal_stride >= u64::from(nranks) * u64::from(SYMCOMM_SIGNAL_WORDS) * 8);
+            // The LL area follows the signal words inside each rank's array.
+            let layout = symcomm::SignalLayout::new(nranks);
+            assert_eq!(
+                (dev.ll_offset, dev.ll_lines),
+                (layout.ll_offset, SYMCOMM_LL_LINES)
+            );
+            assert!(dev.signal_stride >= layout.stride);
+            // The emulator's ranks share its one GPU: barriers at GPU scope.
+            assert_eq!(comm.gpu_ranks(), nranks);
+            assert_eq!(dev.flags & SYMCOMM_COMM_SAME_GPU, SYMCOMM_COMM_SAME_GPU);
             let count = 1000 + nranks as usize;
             let w = comm.alloc_window::<u32>(count).unwrap();
             assert_eq!(w.len(), count);

@@ -333,6 +333,13 @@ struct Forms {
     volatile_load: bool,
     vec_load: bool,
     vec_store: bool,
+    /// The `.gpu`-scope forms (ranks on one GPU, SYMCOMM_COMM_SAME_GPU).
+    release_store_gpu: bool,
+    acquire_load_gpu: bool,
+    /// Every `ld.volatile` is an LL line load (`ld.volatile.v4.u32`), and there is one.
+    ll_loads_only: bool,
+    /// An LL line store (`st.volatile.v4.u32`).
+    ll_store: bool,
 }
 
 fn forms(ops: &[String]) -> Forms {
@@ -346,6 +353,14 @@ fn forms(ops: &[String]) -> Forms {
             .any(|o| o.split('.').any(|p| p == "volatile") && o.starts_with("ld.")),
         vec_load: ops.iter().any(|o| is_vec16(o, "ld")),
         vec_store: ops.iter().any(|o| is_vec16(o, "st")),
+        release_store_gpu: any("st.release.gpu"),
+        acquire_load_gpu: any("ld.acquire.gpu"),
+        ll_loads_only: any("ld.volatile.v4.u32")
+            && ops
+                .iter()
+                .filter(|o| o.starts_with("ld.") && o.split('.').any(|p| p == "volatile"))
+                .all(|o| o.starts_with("ld.volatile.v4.u32")),
+        ll_store: any("st.volatile.v4.u32"),
     }
 }
 
@@ -412,9 +427,12 @@ fn the_ptx_uses_the_intended_memory_ordering_and_vector_forms() {
         "barrier: its error record has no atom.acq_rel.sys.cas"
     );
     assert!(!bar.volatile_load, "barrier polls with ld.volatile");
+    // Ranks on one GPU (SYMCOMM_COMM_SAME_GPU) take the .gpu-scope path.
+    assert!(bar.release_store_gpu, "barrier: no st.release.gpu");
+    assert!(bar.acquire_load_gpu, "barrier: no ld.acquire.gpu");
 
     // Every built-in kernel communicates through those forms; the collective kernels also
-    // poll nothing with ld.volatile and move data in 16-byte vectors.
+    // use ld.volatile only for LL lines and move data in 16-byte vectors.
     for m in DEVICE_IMAGE.modules {
         check_module(m, &ptx[m.source_name]);
     }
@@ -467,7 +485,16 @@ fn check_module(m: &Module, ptx: &str) {
         assert!(fm.release_store, "{what}: no st.release.sys");
         assert!(fm.acquire_load, "{what}: no ld.acquire.sys");
         if k.name.starts_with("symcomm_collective_") {
-            assert!(!fm.volatile_load, "{what}: ld.volatile");
+            // The LL all-reduce's lines are the only volatile accesses.
+            assert!(
+                fm.ll_loads_only,
+                "{what}: ld.volatile other than LL line loads, or none"
+            );
+            assert!(fm.ll_store, "{what}: no LL line store (st.volatile.v4.u32)");
+            assert!(
+                fm.release_store_gpu,
+                "{what}: no st.release.gpu (same-GPU barriers)"
+            );
             assert!(fm.vec_load, "{what}: no 16-byte vector load");
             assert!(fm.vec_store, "{what}: no 16-byte vector store");
         }

@@ -44,7 +44,9 @@ SYMCOMM_DEVICE uint32_t user_fingerprint(uint32_t tag, uint64_t a = 0, uint64_t 
 /// host collective touches; [0, SYMCOMM_HOST_BARRIER_END) belong to the host's collectives.
 /// Ordering: every write made by the group's threads (on any rank, to any rank's memory) before
 /// the barrier is visible to every thread of every rank's group after its barrier returned Ok
-/// (release and acquire at system scope; the group is synchronized on entry and on return).
+/// (release and acquire at system scope, or GPU scope when `comm.flags` has
+/// SYMCOMM_COMM_SAME_GPU: every rank runs on this GPU; the group is synchronized on entry and on
+/// return).
 /// Returns (the same on every thread of the group) Ok; Mismatch when a peer arrived with another
 /// fingerprint; Timeout when a peer did not arrive within `comm.timeout_ns`; Aborted when the
 /// abort flag was raised; InvalidArgument, touching no signal word, when index >=

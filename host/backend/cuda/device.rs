@@ -3,7 +3,7 @@
 //! streams (`stream.rs`), VMM (`vmm.rs`).
 
 use std::ptr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys as dsys;
 
@@ -19,7 +19,19 @@ pub(super) struct Context {
     pub(super) device: dsys::CUdevice,
     pub(super) ctx: dsys::CUcontext,
     pub(super) lib: DriverLib,
+    /// Events of dropped [`Event`](super::stream::Event)s, kept for the next
+    /// `record_event` (a collective records one per call: no `cuEventCreate` /
+    /// `cuEventDestroy` pair per call); at most [`EVENT_POOL`], destroyed with the context.
+    pub(super) events: Mutex<Vec<PooledEvent>>,
 }
+
+/// Most idle events a context keeps for reuse.
+pub(super) const EVENT_POOL: usize = 64;
+
+/// An idle event handle of a context's pool (a `CUevent` as an integer: the pool is shared by
+/// threads).
+#[derive(Debug)]
+pub(super) struct PooledEvent(pub(super) usize);
 
 // SAFETY: a CUcontext handle may be used from any thread (the driver API is thread-safe); it is
 // made current on the calling thread before each use.
@@ -39,6 +51,14 @@ impl Context {
 
 impl Drop for Context {
     fn drop(&mut self) {
+        let pooled = std::mem::take(self.events.get_mut().unwrap_or_else(|p| p.into_inner()));
+        if !pooled.is_empty() && self.bind().is_ok() {
+            for PooledEvent(e) in pooled {
+                // SAFETY: each pooled event was created in this context, is referenced by no
+                // `Event` any more, and is destroyed exactly once, here.
+                let _ = unsafe { dsys::cuEventDestroy_v2(ptr::with_exposed_provenance_mut(e)) };
+            }
+        }
         // SAFETY: the primary context was retained once in `CudaDevice::open`; this is the
         // matching release, after every module, buffer and stream (which hold an `Arc<Context>`)
         // is gone.
@@ -84,6 +104,7 @@ impl CudaDevice {
             device,
             ctx,
             lib,
+            events: Mutex::new(Vec::new()),
         });
         ctx.bind()?;
         Ok(CudaDevice { ctx })

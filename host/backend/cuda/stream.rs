@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use cudarc::driver::sys as dsys;
 
-use super::device::Context;
+use super::device::{Context, EVENT_POOL, PooledEvent};
 use super::loader::{check, cuda_error};
 use super::{CudaDevice, CudaFunction, DeviceBuffer};
 use crate::{Error, Result};
@@ -418,22 +418,35 @@ impl Stream {
         self.stream.expose_provenance() as u64
     }
 
-    /// Records an event (`cuEventCreate` without timing, then `cuEventRecord`) that completes when
-    /// all work enqueued on this stream so far has finished.
+    /// Records an event (`cuEventRecord` of an idle event of the context's pool, or of a new one:
+    /// `cuEventCreate` without timing) that completes when all work enqueued on this stream so far
+    /// has finished.
     ///
     /// # Errors
     /// [`Error::Cuda`] (a sticky error of earlier work surfaces here).
     pub fn record_event(&self) -> Result<Event> {
         self.ctx.bind()?;
-        let mut event: dsys::CUevent = ptr::null_mut();
-        // SAFETY: the context is current; the out-pointer is a live local. Destroyed in
-        // `Event::drop`.
-        check("cuEventCreate", unsafe {
-            dsys::cuEventCreate(
-                &mut event,
-                dsys::CUevent_flags::CU_EVENT_DISABLE_TIMING as c_uint,
-            )
-        })?;
+        let pooled = self
+            .ctx
+            .events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop();
+        let event: dsys::CUevent = match pooled {
+            Some(PooledEvent(e)) => ptr::with_exposed_provenance_mut(e),
+            None => {
+                let mut event: dsys::CUevent = ptr::null_mut();
+                // SAFETY: the context is current; the out-pointer is a live local. Returned to
+                // the pool or destroyed in `Event::drop`.
+                check("cuEventCreate", unsafe {
+                    dsys::cuEventCreate(
+                        &mut event,
+                        dsys::CUevent_flags::CU_EVENT_DISABLE_TIMING as c_uint,
+                    )
+                })?;
+                event
+            }
+        };
         let event = Event {
             ctx: Arc::clone(&self.ctx),
             event,
@@ -480,8 +493,9 @@ impl Drop for Stream {
     }
 }
 
-/// A CUDA event recorded on a [`Stream`] ([`Stream::record_event`]); destroyed on drop (the
-/// driver defers that until the recorded work completed).
+/// A CUDA event recorded on a [`Stream`] ([`Stream::record_event`]); on drop it goes back to its
+/// context's pool for the next `record_event` (or, with the pool full, is destroyed: the driver
+/// defers that until the recorded work completed).
 #[derive(Debug)]
 pub struct Event {
     ctx: Arc<Context>,
@@ -520,6 +534,15 @@ impl Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
+        // Back to the pool: a later cuEventRecord re-records it; waits already enqueued on it
+        // (cuStreamWaitEvent) keep the recording they saw.
+        {
+            let mut pool = self.ctx.events.lock().unwrap_or_else(|p| p.into_inner());
+            if pool.len() < EVENT_POOL {
+                pool.push(PooledEvent(self.event.expose_provenance()));
+                return;
+            }
+        }
         if let Err(e) = self.ctx.bind() {
             tracing::warn!(target: "symcomm::cuda", error = %e, "event not destroyed");
             return;

@@ -40,30 +40,30 @@ SYMCOMM_DEVICE uint32_t user_fingerprint(uint32_t tag, uint64_t a, uint64_t b) {
     return detail::fingerprint_words(words);
 }
 
-template <typename Group>
-SYMCOMM_DEVICE_NOINLINE Status barrier(Group g, const DevComm& comm, uint32_t index, uint32_t fp) {
-    if (index >= SYMCOMM_USER_BARRIER_END) {
-        if (g.thread_rank() == 0) record_error(Thread{}, comm, Status::InvalidArgument, comm.rank, SYMCOMM_OP_BARRIER, index);
-        return Status::InvalidArgument;
-    }
+namespace detail {
+
+/// barrier() at memory scope S: Scope::Gpu when every rank runs on this GPU
+/// (SYMCOMM_COMM_SAME_GPU), Scope::Sys otherwise. Pre: index < SYMCOMM_USER_BARRIER_END.
+template <Scope S, typename Group>
+SYMCOMM_DEVICE Status barrier_at(Group g, const DevComm& comm, uint32_t index, uint32_t fp) {
     const uint32_t word = SYMCOMM_BARRIER_WORD_FIRST + index;
     const uint64_t* self = detail::signal_word(comm, comm.rank, comm.rank, word);
     // Every thread reads the previous epoch before the sync below; the thread that stores the new
     // one into `self` does so after it.
-    const uint32_t epoch = uint32_t(ld_relaxed<Scope::Sys>(self) >> 32) + 1u;
+    const uint32_t epoch = uint32_t(ld_relaxed<S>(self) >> 32) + 1u;
     const uint64_t mine = (uint64_t(epoch) << 32) | fp;
     // Orders the group's earlier writes before the release stores (bar.sync, then a cumulative
     // release by the storing thread).
     g.sync();
     for (uint32_t p = g.thread_rank(); p < comm.nranks; p += g.size()) {
-        st_release<Scope::Sys>(detail::signal_word(comm, p, comm.rank, word), mine);
+        st_release<S>(detail::signal_word(comm, p, comm.rank, word), mine);
     }
     Status s = Status::Ok;
     for (uint32_t p = g.thread_rank(); p < comm.nranks && s == Status::Ok; p += g.size()) {
         uint64_t seen = 0;
         // Reached: the peer's epoch is ours or later (wrap-safe); a later epoch means the peer
         // already passed this barrier, which it could only do after checking our fingerprint.
-        s = poll_until<Scope::Sys>(
+        s = poll_until<S>(
             Thread{}, comm, detail::signal_word(comm, comm.rank, p, word),
             [epoch](uint64_t v) { return int32_t(uint32_t(v >> 32) - epoch) >= 0; }, p, SYMCOMM_OP_BARRIER,
             uint64_t(index) << 32, seen);
@@ -75,6 +75,20 @@ SYMCOMM_DEVICE_NOINLINE Status barrier(Group g, const DevComm& comm, uint32_t in
     // The vote (plus __syncwarp for a Warp, whose vote orders no memory) synchronizes the group,
     // handing the acquired peers' writes on to every thread.
     return detail::group_status_ordered(g, s);
+}
+
+}  // namespace detail
+
+template <typename Group>
+SYMCOMM_DEVICE_NOINLINE Status barrier(Group g, const DevComm& comm, uint32_t index, uint32_t fp) {
+    if (index >= SYMCOMM_USER_BARRIER_END) {
+        if (g.thread_rank() == 0) record_error(Thread{}, comm, Status::InvalidArgument, comm.rank, SYMCOMM_OP_BARRIER, index);
+        return Status::InvalidArgument;
+    }
+    // Ranks that share this GPU synchronize at GPU scope (a MEMBAR.GPU per arrival instead of
+    // MEMBAR.SYS); the flag is the same on every rank.
+    if (comm.flags & SYMCOMM_COMM_SAME_GPU) return detail::barrier_at<Scope::Gpu>(g, comm, index, fp);
+    return detail::barrier_at<Scope::Sys>(g, comm, index, fp);
 }
 
 }  // namespace symcomm
