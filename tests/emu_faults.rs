@@ -711,6 +711,8 @@ struct Invalid {
     /// The output stays all canary.
     untouched: bool,
     abi_version: u32,
+    /// `DevComm::ll_lines` (0: a communicator without an LL area).
+    ll_lines: u32,
 }
 
 /// The record of a collective refusing `a` for `reason` (SYMCOMM_REFUSED_*).
@@ -738,6 +740,7 @@ fn invalid_cases() -> Vec<Invalid> {
         expect: |a| refused(a, SYMCOMM_REFUSED_CODE),
         untouched: true,
         abi_version: SYMCOMM_ABI_VERSION,
+        ll_lines: SYMCOMM_LL_LINES,
     };
     vec![
         Invalid {
@@ -1140,6 +1143,28 @@ fn invalid_cases() -> Vec<Invalid> {
             abi_version: SYMCOMM_ABI_VERSION + 1,
             ..base
         },
+        Invalid {
+            what: "LL all-reduce on a communicator without an LL area",
+            nranks: 3,
+            args: |a, _| CollArgs {
+                kind: SYMCOMM_COLL_ALL_REDUCE_LL,
+                ..a
+            },
+            expect: |a| refused(a, SYMCOMM_REFUSED_LL),
+            ll_lines: 0,
+            ..base
+        },
+        Invalid {
+            what: "LL all-reduce on a barrier index past the LL area",
+            nranks: 2,
+            args: |a, _| CollArgs {
+                kind: SYMCOMM_COLL_ALL_REDUCE_LL,
+                index: SYMCOMM_USER_BARRIER_END,
+                ..a
+            },
+            expect: |a| refused(a, SYMCOMM_REFUSED_LL),
+            ..base
+        },
     ]
 }
 
@@ -1156,6 +1181,7 @@ fn invalid_arguments_are_refused_on_every_rank() {
             .map(|r| {
                 let mut comm = team.dev_comm(r, dur(LONG));
                 comm.abi_version = case.abi_version;
+                comm.ll_lines = case.ll_lines;
                 let valid = coll(
                     &mut team,
                     r,
