@@ -190,7 +190,9 @@ impl Communicator {
 
     /// The device handle a kernel takes (`DevComm`), as a dict of its fields: `rank`, `nranks`,
     /// `signal_base` / `signal_stride` (rank r's signal words at `signal_base + r *
-    /// signal_stride`), `signal_words`, `abort_flag`, `error`, `timeout_ns`, `abi_version`.
+    /// signal_stride`), `signal_words`, `abort_flag`, `error`, `timeout_ns`, `abi_version`,
+    /// `ll_offset` / `ll_lines` (the LL area in each rank's signal array), `flags`
+    /// (`SYMCOMM_COMM_*`: 1 when every rank is on this GPU).
     fn device_handle<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
         let h = self.comm.device_handle().or_raise()?;
         let d = pyo3::types::PyDict::new(py);
@@ -203,6 +205,9 @@ impl Communicator {
         d.set_item("abort_flag", h.abort_flag)?;
         d.set_item("error", h.error)?;
         d.set_item("timeout_ns", h.timeout_ns)?;
+        d.set_item("ll_offset", h.ll_offset)?;
+        d.set_item("ll_lines", h.ll_lines)?;
+        d.set_item("flags", h.flags)?;
         Ok(d)
     }
 

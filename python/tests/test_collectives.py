@@ -243,6 +243,9 @@ def test_device_handle_and_foreign_streams(threads):
         h = comm.device_handle()
         assert (h["rank"], h["nranks"]) == (comm.rank, comm.nranks)
         assert h["signal_base"] and h["abort_flag"] and h["timeout_ns"] > 0
+        # The LL area follows the signal words; the emulator's ranks share one GPU.
+        assert h["ll_offset"] == h["nranks"] * h["signal_words"] * 8 and h["ll_lines"] == 256
+        assert h["flags"] & 1 == 1
         w = comm.alloc_window(4, "float32")
         # A raw CUDA stream (or a torch stream) needs a GPU: refused on the emulator, and usable after.
         with pytest.raises(symcomm.InvalidArgument, match="GPU"):
