@@ -126,9 +126,8 @@ SYMCOMM_DEVICE Pack16<T> reduce_packs(const Pack16<T>* packs, uint32_t k, uint32
 
 /// Reduces the packs `load(0), load(1), ..., load(k - 1)` (called in that order, e.g.
 /// `[&](uint32_t j) { return load_pack(src[j] + i); }`) element-wise with `Op`, rounding each element
-/// once; the loads are issued four at a time (independent loads in flight together), so only the
-/// N accumulators and four packs stay live. Pre: k >= 1 (nranks >= 1 for Avg). Called by one
-/// thread for its own pack.
+/// once; nothing but the N accumulators stays live. Pre: k >= 1 (nranks >= 1 for Avg). Called by
+/// one thread for its own pack.
 template <typename T, RedOp Op, typename Load>
 SYMCOMM_DEVICE Pack16<T> reduce_packs_from(uint32_t k, uint32_t nranks, Load&& load);
 

@@ -161,23 +161,9 @@ SYMCOMM_DEVICE Pack16<T> reduce_packs(const Pack16<T>* packs, uint32_t k, uint32
 
 template <typename T, RedOp Op, typename Load>
 SYMCOMM_DEVICE Pack16<T> reduce_packs_from(uint32_t k, uint32_t nranks, Load&& load) {
-    // Memory-level parallelism: the loads of a batch are issued back to back (independent, all in
-    // flight at once), then folded in order, so the result is the one-at-a-time one.
-    constexpr uint32_t kBatch = 4;
     PackAccumulator<T, Op> acc;
-    for (uint32_t j0 = 0; j0 < k; j0 += kBatch) {
-        Pack16<T> v[kBatch] = {};
-        for (uint32_t b = 0; b < kBatch; ++b) {
-            if (j0 + b < k) v[b] = load(j0 + b);
-        }
-        for (uint32_t b = 0; b < kBatch && j0 + b < k; ++b) {
-            if (j0 + b == 0) {
-                acc.first(v[b]);
-            } else {
-                acc.add(v[b]);
-            }
-        }
-    }
+    acc.first(load(0u));
+    for (uint32_t j = 1; j < k; ++j) acc.add(load(j));
     return acc.result(nranks);
 }
 
