@@ -440,8 +440,14 @@ fn the_ptx_uses_the_intended_memory_ordering_and_vector_forms() {
 }
 
 /// Built-in kernels that work on this rank's memory only (the pre-multiplication of a
-/// pre-multiplied sum): they communicate with no one.
-const LOCAL_KERNELS: &[&str] = &["symcomm_premul"];
+/// pre-multiplied sum; the unfused half of the fused RMSNorm kernel): they communicate with no
+/// one. With `true`, the kernel records refused arguments in the rank's error record (its one
+/// system-scope CAS).
+const LOCAL_KERNELS: &[(&str, bool)] = &[
+    ("symcomm_premul", false),
+    ("symcomm_residual_rmsnorm_bf16", true),
+    ("symcomm_residual_rmsnorm_f32", true),
+];
 
 fn check_module(m: &Module, ptx: &str) {
     let funcs = ptx_functions(ptx);
@@ -460,11 +466,15 @@ fn check_module(m: &Module, ptx: &str) {
             count(|o| is_vec16(o, "ld")),
             count(|o| is_vec16(o, "st")),
         );
-        if LOCAL_KERNELS.contains(&k.name) {
-            // Rank-local work: no ordering with other ranks at all.
+        if let Some(&(_, records)) = LOCAL_KERNELS.iter().find(|(n, _)| *n == k.name) {
+            // Rank-local work: no ordering with other ranks at all (but the error record's).
             assert!(
-                !fm.cas && !fm.release_store && !fm.acquire_load && !fm.volatile_load,
+                !fm.release_store && !fm.acquire_load && !fm.volatile_load,
                 "{what}: a rank-local kernel uses system-scope ordering"
+            );
+            assert_eq!(
+                fm.cas, records,
+                "{what}: atom.acq_rel.sys.cas (the error record) expected: {records}"
             );
             continue;
         }

@@ -7,6 +7,9 @@
 //! within one bf16 ulp / 1e-5 relative (rsqrt is an approximation on GPUs). Every case prints
 //! #wrong (outside the tolerance) and #inexact (bits differ, within it).
 //!
+//! The unfused pair (the built-in all-reduce, then `symcomm_residual_rmsnorm_<T>` on its output
+//! window) gives the fused kernel's outputs bit for bit.
+//!
 //! Covered: ranks 1, 2, 3, 4; hidden 4096 and 8192 (and small rows that exercise the per-thread
 //! pack loop); tokens 1, 7, 64, 200 with fewer CTAs than rows and one CTA per row; bf16 and f32;
 //! residual in place and not; back-to-back launches on one team whose ranks rewrite their partial
@@ -19,30 +22,18 @@
 use std::ffi::c_void;
 use std::time::Instant;
 
+use support::rmsnorm::AllReduceRmsNormArgs;
 use symcomm::DEVICE_IMAGE;
 use symcomm::abi::{
-    DevComm, SYMCOMM_DTYPE_F16, SYMCOMM_DTYPE_F32, SYMCOMM_OP_BARRIER, SYMCOMM_OP_COLLECTIVE,
-    SYMCOMM_STATUS_INVALID_ARGUMENT, SYMCOMM_STATUS_MISMATCH, SYMCOMM_STATUS_OK,
-    SYMCOMM_STATUS_TIMEOUT, SYMCOMM_USER_BARRIER_END, WindowHandleRaw,
+    CollArgs, DevComm, SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT, SYMCOMM_DTYPE_BF16, SYMCOMM_DTYPE_F16,
+    SYMCOMM_DTYPE_F32, SYMCOMM_OP_BARRIER, SYMCOMM_OP_COLLECTIVE, SYMCOMM_REDOP_SUM,
+    SYMCOMM_SCOPE_GRID, SYMCOMM_STATUS_INVALID_ARGUMENT, SYMCOMM_STATUS_MISMATCH,
+    SYMCOMM_STATUS_OK, SYMCOMM_STATUS_TIMEOUT, SYMCOMM_USER_BARRIER_END,
 };
 use symcomm::testing::emu::{EmuTeam, launch};
 
-/// Mirror of `AllReduceRmsNormArgs<T>` (the same layout for every T; pointers as addresses).
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-struct AllReduceRmsNormArgs {
-    partial: WindowHandleRaw,
-    partial_offset: u64,
-    residual: u64,
-    residual_out: u64,
-    out: u64,
-    gamma: u64,
-    tokens: u32,
-    hidden: u32,
-    eps: f32,
-    first_slot: u32,
-}
-const _: () = assert!(size_of::<AllReduceRmsNormArgs>() == 96);
+#[path = "support/mod.rs"]
+mod support;
 
 // ---------------------------------------------------------------------------------------------
 // Element types.
@@ -171,6 +162,8 @@ const W_RESIDUAL: usize = 1;
 const W_RESIDUAL_OUT: usize = 2;
 const W_OUT: usize = 3;
 const W_GAMMA: usize = 4;
+/// The sum of the partials (the unfused pair's all-reduce output), laid out as `partial`.
+const W_SUM: usize = 5;
 
 #[derive(Clone, Copy, Debug)]
 struct Shape {
@@ -223,6 +216,7 @@ fn new_team(s: &Shape) -> EmuTeam {
             rows,
             rows,
             u64::from(s.hidden) * sz,
+            (s.partial_offset + s.elems()) * sz,
         ],
     )
     .unwrap()
@@ -258,17 +252,27 @@ const TIMEOUT_NS: u64 = 30_000_000_000;
 
 /// Launches the kernel of `s.dt` once on rank `comm.rank` (blocking).
 fn launch_rank(s: &Shape, comm: DevComm, args: AllReduceRmsNormArgs) {
+    // SAFETY: the fused kernels take (DevComm, AllReduceRmsNormArgs<T>) by value, whose layout
+    // the mirror above matches (96 bytes, same field order); the team's memory, which every
+    // address in them points into, outlives the launch.
+    unsafe { launch_kernel(&s.dt.kernel(), s.ctas, s.threads, comm, args) };
+}
+
+/// Launches `kernel(comm, args)` once (blocking).
+///
+/// # Safety
+/// `kernel` takes (DevComm, A) by value, and every address in `comm` and `args` stays valid
+/// until the launch returns.
+unsafe fn launch_kernel<A: Copy>(kernel: &str, ctas: u32, threads: u32, comm: DevComm, args: A) {
     let (mut comm, mut args) = (comm, args);
     let mut ptrs: [*mut c_void; 2] = [(&raw mut comm).cast(), (&raw mut args).cast()];
-    // SAFETY: the kernel takes (DevComm, AllReduceRmsNormArgs<T>) by value, whose layout the
-    // mirror above matches (88 bytes, same field order); the team's memory, which every address
-    // in them points into, outlives the launch.
+    // SAFETY: forwarded from this function's contract.
     unsafe {
         launch(
             &DEVICE_IMAGE,
-            &s.dt.kernel(),
-            [s.ctas, 1, 1],
-            [s.threads, 1, 1],
+            kernel,
+            [ctas, 1, 1],
+            [threads, 1, 1],
             &mut ptrs,
         )
     }
@@ -481,6 +485,114 @@ fn matches_the_unfused_reference() {
         // A large epsilon changes the result visibly (the mean of y^2 is a few units here).
         s.eps = [1e-5, 0.5, 1e-6, 2.0][k % 4];
         run_and_check(&s);
+    }
+}
+
+/// The unfused pair: the built-in one-shot all-reduce of the partials into another window, then
+/// `symcomm_residual_rmsnorm_<T>` on that window (its own copy only, no barrier). With sums exact
+/// in the type, its outputs are the fused kernel's bit for bit, and both match the reference.
+#[test]
+fn unfused_pair_matches_the_fused_kernel() {
+    let cases = [
+        (Dt::Bf16, 4, 8192, 7, 3),
+        (Dt::F32, 3, 4096, 5, 5),
+        (Dt::Bf16, 2, 4096, 64, 8),
+        (Dt::F32, 1, 512, 3, 2),
+    ];
+    for (k, &(dt, nranks, hidden, tokens, ctas)) in cases.iter().enumerate() {
+        let mut s = shape(dt, nranks, hidden, tokens, ctas);
+        s.in_place = k % 2 == 0;
+        s.partial_offset = [0, 8][k % 2];
+        let res_w = if s.in_place {
+            W_RESIDUAL
+        } else {
+            W_RESIDUAL_OUT
+        };
+        // Fused first; keep every rank's outputs.
+        let mut team = new_team(&s);
+        fill(&mut team, &s);
+        let calls = (0..s.nranks)
+            .map(|r| (team.dev_comm(r, TIMEOUT_NS), args_of(&mut team, &s, r)))
+            .collect();
+        launch_all(&s, calls);
+        assert!(
+            errors(&team, s.nranks)
+                .iter()
+                .all(|&e| e == SYMCOMM_STATUS_OK)
+        );
+        let fused: Vec<(Vec<u8>, Vec<u8>)> = (0..s.nranks)
+            .map(|r| (team.bytes(res_w, r).to_vec(), team.bytes(W_OUT, r).to_vec()))
+            .collect();
+
+        // Unfused, on a fresh team with the same inputs.
+        let mut team = new_team(&s);
+        fill(&mut team, &s);
+        let dtype = match dt {
+            Dt::Bf16 => SYMCOMM_DTYPE_BF16,
+            Dt::F32 => SYMCOMM_DTYPE_F32,
+        };
+        let calls: Vec<_> = (0..s.nranks)
+            .map(|r| {
+                let sum = CollArgs {
+                    kind: SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT,
+                    dtype,
+                    redop: SYMCOMM_REDOP_SUM,
+                    root: 0,
+                    scope: SYMCOMM_SCOPE_GRID,
+                    index: 0,
+                    count: s.elems(),
+                    src_offset: s.partial_offset,
+                    dst_offset: s.partial_offset,
+                    tile_stride: 0,
+                    src: team.window_of(W_PARTIAL, r),
+                    dst: team.window_of(W_SUM, r),
+                };
+                let norm = AllReduceRmsNormArgs {
+                    partial: team.window_of(W_SUM, r),
+                    ..args_of(&mut team, &s, r)
+                };
+                (team.dev_comm(r, TIMEOUT_NS), sum, norm)
+            })
+            .collect();
+        let s = &s;
+        std::thread::scope(|scope| {
+            for &(comm, sum, norm) in &calls {
+                scope.spawn(move || {
+                    let norm_kernel = format!("symcomm_residual_rmsnorm_{}", s.dt.name());
+                    let coll_kernel = format!("symcomm_collective_{}", s.dt.name());
+                    // SAFETY: (DevComm, CollArgs) and (DevComm, AllReduceRmsNormArgs<T>) by
+                    // value, as the kernels take them; the team outlives the scope.
+                    unsafe {
+                        launch_kernel(&coll_kernel, 4, 64, comm, sum);
+                        launch_kernel(&norm_kernel, s.ctas, s.threads, comm, norm);
+                    }
+                });
+            }
+        });
+        assert!(
+            errors(&team, s.nranks)
+                .iter()
+                .all(|&e| e == SYMCOMM_STATUS_OK),
+            "{}: error records {:?}",
+            s.label(),
+            errors(&team, s.nranks)
+        );
+        let c = check_outputs(&team, s, 0, &residual_val);
+        let differ: usize = (0..s.nranks)
+            .map(|r| {
+                let (res, out) = &fused[r as usize];
+                let bits = |a: &[u8], b: &[u8]| a.iter().zip(b).filter(|(x, y)| x != y).count();
+                bits(res, team.bytes(res_w, r)) + bits(out, team.bytes(W_OUT, r))
+            })
+            .sum();
+        println!(
+            "{}: unfused #wrong={} #inexact={}, bytes differing from the fused kernel {differ}",
+            s.label(),
+            c.wrong,
+            c.inexact
+        );
+        assert_eq!(c.wrong, 0, "{}: #wrong", s.label());
+        assert_eq!(differ, 0, "{}: unfused differs from fused", s.label());
     }
 }
 

@@ -56,6 +56,13 @@
 //      same rsqrt and gamma and stores `out`.
 //   3. barrier(slot) again: CTA b of every peer has read its rows of our `partial` (CTA b of
 //      every rank handles the same rows, hence the same grid everywhere).
+// The unfused pair, for comparison (the GPU check times one against the other) and for callers
+// that already hold the sum: `symcomm_residual_rmsnorm_bf16` / `..._f32` take the same arguments
+// and do step 2 on this rank's own copy of `partial` alone (x = partial[t], already summed, e.g.
+// by a host all-reduce into that window): no barrier, no peer access, `first_slot` unused (the
+// same preconditions otherwise). With inputs whose sums are exact in T, the all-reduce followed by
+// this kernel gives the fused kernel's results bit for bit (tests/emu_fused.rs checks it).
+//
 // Every rank reads every rank's rows: the one-shot algorithm, for the few-token batches of
 // decoding. For thousands of tokens a two-shot variant (each rank normalizes 1/n of the rows and
 // writes its results into every peer's outputs, which then must be windows) reads n times less.
@@ -114,8 +121,9 @@ SYMCOMM_DEVICE bool args_valid(const AllReduceRmsNormArgs<T>& a, const DevComm& 
            pack_aligned(a.residual) && pack_aligned(a.residual_out) && pack_aligned(a.out) && pack_aligned(a.gamma);
 }
 
-template <typename T>
-SYMCOMM_DEVICE void allreduce_residual_rmsnorm(const DevComm& comm, const AllReduceRmsNormArgs<T>& a) {
+/// `Fused`: the all-reduce + residual + RMSNorm kernel; else the norm half alone on the local copy.
+template <typename T, bool Fused>
+SYMCOMM_DEVICE void residual_rmsnorm(const DevComm& comm, const AllReduceRmsNormArgs<T>& a) {
     constexpr uint32_t P = Pack16<T>::N;                 // elements per 16-byte pack
     constexpr uint32_t K = FLOATS_PER_THREAD / P;        // packs per thread and row
     using Traits = TypeTraits<T>;
@@ -136,7 +144,7 @@ SYMCOMM_DEVICE void allreduce_residual_rmsnorm(const DevComm& comm, const AllRed
 
     // 1. Every rank's partial outputs are written (the barrier returns the same status to every
     //    thread, so the CTA leaves together).
-    if (barrier(g, comm, slot, fp) != Status::Ok) return;
+    if (Fused && barrier(g, comm, slot, fp) != Status::Ok) return;
 
     const uint32_t packs = a.hidden / P;
     for (uint32_t row = blockIdx.x; row < a.tokens; row += gridDim.x) {
@@ -152,7 +160,12 @@ SYMCOMM_DEVICE void allreduce_residual_rmsnorm(const DevComm& comm, const AllRed
             for (uint32_t j = 0; j < P; ++j) y[k][j] = 0.0f;
             if (c >= packs) continue;
             const uint64_t e = base + uint64_t(c) * P;
-            const PackAccumulator<T, RedOp::Sum> x = reduce_pack_peers<RedOp::Sum>(partial.at(a.partial_offset + e));
+            PackAccumulator<T, RedOp::Sum> x;
+            if (Fused) {
+                x = reduce_pack_peers<RedOp::Sum>(partial.at(a.partial_offset + e));
+            } else {
+                x.first(load_pack(partial.local_ptr(a.partial_offset + e)));
+            }
             const Pack16<T> res = load_pack(a.residual + e);
             Pack16<T> res_out;
             SYMCOMM_UNROLL
@@ -180,19 +193,31 @@ SYMCOMM_DEVICE void allreduce_residual_rmsnorm(const DevComm& comm, const AllRed
 
     // 3. CTA b of every peer has read its rows of our `partial`: once every CTA of this launch is
     //    past this barrier, the next work in our stream may overwrite `partial`.
-    (void)barrier(g, comm, slot, fp);
+    if (Fused) (void)barrier(g, comm, slot, fp);
 }
 
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(1024)
     symcomm_allreduce_residual_rmsnorm_bf16(DevComm comm, AllReduceRmsNormArgs<bfloat16_t> args) {
-    allreduce_residual_rmsnorm(comm, args);
+    residual_rmsnorm<bfloat16_t, true>(comm, args);
 }
 SYMCOMM_EMU_KERNEL(symcomm_allreduce_residual_rmsnorm_bf16)
 
 extern "C" __global__ void __launch_bounds__(1024)
     symcomm_allreduce_residual_rmsnorm_f32(DevComm comm, AllReduceRmsNormArgs<float> args) {
-    allreduce_residual_rmsnorm(comm, args);
+    residual_rmsnorm<float, true>(comm, args);
 }
 SYMCOMM_EMU_KERNEL(symcomm_allreduce_residual_rmsnorm_f32)
+
+extern "C" __global__ void __launch_bounds__(1024)
+    symcomm_residual_rmsnorm_bf16(DevComm comm, AllReduceRmsNormArgs<bfloat16_t> args) {
+    residual_rmsnorm<bfloat16_t, false>(comm, args);
+}
+SYMCOMM_EMU_KERNEL(symcomm_residual_rmsnorm_bf16)
+
+extern "C" __global__ void __launch_bounds__(1024)
+    symcomm_residual_rmsnorm_f32(DevComm comm, AllReduceRmsNormArgs<float> args) {
+    residual_rmsnorm<float, false>(comm, args);
+}
+SYMCOMM_EMU_KERNEL(symcomm_residual_rmsnorm_f32)

@@ -205,6 +205,15 @@ pub(crate) fn collective_checks_gpu(
             report.record("perf_copy_team", Err(e));
         }
     }
+    // Fused all-reduce + residual + RMSNorm against the unfused pair: decode shapes, 4 ranks.
+    let fcfg = FusedConfig {
+        nranks,
+        hidden: 8192,
+        tokens: vec![1, 2, 4, 8, 16, 32, 64, 128],
+        warmup: 5,
+        iters: 20,
+    };
+    record_fused(report, &mut figures, symcomm::Device::Cuda(0), &fcfg);
     let outcome = goal_ratios(&figures, 8 << 10, 256 << 20, "memcpy_dtod");
     record_figures(
         report,

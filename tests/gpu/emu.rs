@@ -90,6 +90,15 @@ pub(crate) fn emu_checks(
             report.record("perf_copy_team", Err(e));
         }
     }
+    // Fused all-reduce + RMSNorm against the unfused pair, small rows (kernels on CPU threads).
+    let fcfg = FusedConfig {
+        nranks: 2,
+        hidden: 1024,
+        tokens: vec![1, 4],
+        warmup: 1,
+        iters: 2,
+    };
+    record_fused(report, &mut figures, symcomm::Device::Emu, &fcfg);
     // The GPU run's ratios, at the emulator's sizes (its largest, 32 KB, for the bandwidth).
     let outcome = goal_ratios(&figures, 8 << 10, max_bytes, "copy_kernel");
     record_figures(

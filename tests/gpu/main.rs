@@ -39,6 +39,10 @@
 //!   and, as references, a device-to-device copy of 256 MB (`cuMemcpyDtoDAsync`) and the
 //!   library's own copy loop (a 1-rank broadcast).
 //!
+//! - `perf_fused_rmsnorm`: the fused all-reduce + residual + RMSNorm kernel against the unfused
+//!   pair (host all-reduce, then `symcomm_residual_rmsnorm_bf16`), bf16, hidden 8192, 1..128
+//!   tokens, 4 ranks as threads through the communicator; both results compared bit for bit.
+//!
 //! `--emu` runs the collective checks and a small bandwidth sweep on the CPU emulator instead
 //! (counts up to 4099 and 64-thread blocks; `--emu --full`: the GPU's counts and blocks), which
 //! checks this harness itself — layouts, in-place offsets, expected values — on machines without
@@ -53,6 +57,7 @@ mod collectives;
 mod comm;
 mod emu;
 mod faults;
+mod fused;
 mod harness;
 mod matrix;
 mod perf;
@@ -63,6 +68,7 @@ use collectives::*;
 use comm::*;
 use emu::*;
 use faults::*;
+use fused::*;
 use harness::*;
 use matrix::*;
 use perf::*;

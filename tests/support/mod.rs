@@ -2,7 +2,8 @@
 //! and from `cli/tests/comm_procs.rs` and `cli/tests/reliability.rs`): team fixtures here,
 //! `values` (the collectives' value model), `cases` (one built-in collective call on a team of
 //! ranks, GPU or emulator, and its bit-exact check), `procs` (ranks as processes, fault runs), `flood`
-//! (the bootstrap port flood), `leaks` (init/destroy cycles and the counts they must keep).
+//! (the bootstrap port flood), `leaks` (init/destroy cycles and the counts they must keep),
+//! `rmsnorm` (the fused RMSNorm kernels' parameter).
 
 // Each test crate that includes this module uses only part of it (comm.rs and comm_procs.rs the
 // blocking all-reduce, emu_collectives.rs and coll.rs the value model, emu_faults.rs the kinds,
@@ -13,6 +14,7 @@ pub(crate) mod cases;
 pub(crate) mod flood;
 pub(crate) mod leaks;
 pub(crate) mod procs;
+pub(crate) mod rmsnorm;
 pub(crate) mod values;
 
 use std::ffi::c_void;
