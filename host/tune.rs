@@ -164,8 +164,8 @@ pub enum Algorithm {
     TwoShot,
     /// The one peer-pointer algorithm of the other collectives.
     Direct,
-    /// All-reduce, low latency: data and flags in one store per 8 bytes, no barrier (small
-    /// messages).
+    /// All-reduce and all-gather, low latency: data and flags in one store per 8 bytes, no
+    /// barrier (small messages).
     Ll,
 }
 
@@ -208,6 +208,7 @@ impl Algorithm {
             }
             (Collective::AllReduce, Algorithm::Ll) => Some(abi::SYMCOMM_COLL_ALL_REDUCE_LL),
             (Collective::AllGather, Algorithm::Direct) => Some(abi::SYMCOMM_COLL_ALL_GATHER),
+            (Collective::AllGather, Algorithm::Ll) => Some(abi::SYMCOMM_COLL_ALL_GATHER_LL),
             (Collective::ReduceScatter, Algorithm::Direct) => {
                 Some(abi::SYMCOMM_COLL_REDUCE_SCATTER)
             }
@@ -220,11 +221,12 @@ impl Algorithm {
     }
 
     /// The algorithms available for `coll`, never empty: all-reduce `[OneShot, TwoShot, Ll]`
-    /// (one-shot first: it wins ties and is the one-rank choice), every other collective
-    /// `[Direct]`.
+    /// (one-shot first: it wins ties and is the one-rank choice), all-gather `[Direct, Ll]`,
+    /// every other collective `[Direct]`.
     pub fn available(coll: Collective) -> &'static [Algorithm] {
         match coll {
             Collective::AllReduce => &[Algorithm::OneShot, Algorithm::TwoShot, Algorithm::Ll],
+            Collective::AllGather => &[Algorithm::Direct, Algorithm::Ll],
             _ => &[Algorithm::Direct],
         }
     }
@@ -373,6 +375,12 @@ fn cost(coll: Collective, algo: Algorithm, s: f64, nranks: u32, p: &ModelParams)
         }
         // Barrier, copy n−1 peers' blocks and the own one into S of output, barrier.
         (Collective::AllGather, Algorithm::Direct) => c(2.0, (n - 1.0) * b, b + s),
+        // No barrier; a hop per round of the rank's own block b; its lines (16 bytes per 8) to
+        // n−1 peers, read back from the own LL area and copied into S of output.
+        (Collective::AllGather, Algorithm::Ll) if s <= LL_MAX_BYTES as f64 => Cost {
+            hops: (b / p.ll_round_bytes).ceil().max(1.0),
+            ..c(0.0, 2.0 * (n - 1.0) * b, b + s + 2.0 * (n - 1.0) * b)
+        },
         // Barrier, reduce block r of all n inputs, write b, barrier.
         (Collective::ReduceScatter, Algorithm::Direct) => c(2.0, (n - 1.0) * b, 2.0 * b),
         // Barrier, every rank copies S from the root (root egress: n−1 readers), barrier.
@@ -464,14 +472,19 @@ fn choose_with(
 /// not win even at 8 bytes (one rank: never). Exact by bisection, because LL's cost minus every
 /// other's grows with the size (more bytes per byte, and more rounds), so LL wins on a prefix.
 pub fn all_reduce_ll_limit(nranks: u32, backend: BackendKind) -> Option<u64> {
-    ll_limit_with(nranks, params(backend))
+    ll_limit_with(Collective::AllReduce, nranks, params(backend))
 }
 
-fn ll_limit_with(nranks: u32, p: &ModelParams) -> Option<u64> {
+/// [`all_reduce_ll_limit`] for all-gather (sizes are nccl-tests': the gathered output).
+pub fn all_gather_ll_limit(nranks: u32, backend: BackendKind) -> Option<u64> {
+    ll_limit_with(Collective::AllGather, nranks, params(backend))
+}
+
+fn ll_limit_with(coll: Collective, nranks: u32, p: &ModelParams) -> Option<u64> {
     if nranks <= 1 {
         return None;
     }
-    let ll = |s: u64| choose_with(Collective::AllReduce, s, nranks, p, None) == Algorithm::Ll;
+    let ll = |s: u64| choose_with(coll, s, nranks, p, None) == Algorithm::Ll;
     if !ll(8) {
         return None;
     }
@@ -589,8 +602,9 @@ pub fn geometry(
     max_ctas: u32,
 ) -> (u32, u32) {
     let n = u64::from(nranks.max(1));
-    let work = match coll {
-        Collective::Scatter => bytes / n,
+    // LL all-gather: each CTA sends its part of the rank's own block (a round per CTA).
+    let work = match (coll, algo) {
+        (Collective::Scatter, _) | (Collective::AllGather, Algorithm::Ll) => bytes / n,
         _ => bytes,
     };
     let cap = match backend {
@@ -717,7 +731,7 @@ mod tests {
             ll_hop_us: 25.0,
             ..EMU_PARAMS
         };
-        assert_eq!(ll_limit_with(2, &p), Some(24_480));
+        assert_eq!(ll_limit_with(Collective::AllReduce, 2, &p), Some(24_480));
         // Nothing above LL_MAX_BYTES, however cheap LL is.
         let p = ModelParams {
             ll_hop_us: 0.0,
@@ -734,6 +748,29 @@ mod tests {
             ),
             f64::INFINITY
         );
+    }
+
+    #[test]
+    fn all_gather_ll_limit_pins_the_choice() {
+        for n in RANKS {
+            assert_eq!(all_gather_ll_limit(n, BackendKind::Emu), None);
+            let l = all_gather_ll_limit(n, BackendKind::Cuda)
+                .unwrap_or_else(|| panic!("n={n}: LL all-gather never wins on CUDA"));
+            assert!(l <= LL_MAX_BYTES, "n={n}: {l}");
+            let pick = |s| choose(Collective::AllGather, s, n, BackendKind::Cuda, None);
+            for s in [8, l / 2, l] {
+                assert_eq!(pick(s), Algorithm::Ll, "n={n} s={s} limit {l}");
+            }
+            assert_eq!(pick(l + 1), Algorithm::Direct, "n={n} {l}+1");
+            let mut s = 8u64;
+            while s <= CROSSOVER_MAX_BYTES {
+                assert_eq!(pick(s) == Algorithm::Ll, s <= l, "n={n} s={s}");
+                s *= 2;
+            }
+        }
+        assert_eq!(all_gather_ll_limit(1, BackendKind::Cuda), None);
+        // The placeholders' limit, pinned (it moves when the parameters do).
+        assert_eq!(all_gather_ll_limit(4, BackendKind::Cuda), Some(391_680));
     }
 
     #[test]
@@ -907,9 +944,15 @@ mod tests {
                             Some(Algorithm::TwoShot),
                             Some(Algorithm::Ll),
                         ] {
+                            // All-gather has LL too: forced, or the model's choice.
+                            let want = match (coll, forced) {
+                                (Collective::AllGather, Some(Algorithm::Ll)) => Algorithm::Ll,
+                                (Collective::AllGather, _) => choose(coll, s, n, backend, None),
+                                _ => Algorithm::Direct,
+                            };
                             assert_eq!(
                                 choose(coll, s, n, backend, forced),
-                                Algorithm::Direct,
+                                want,
                                 "{coll:?} {forced:?}"
                             );
                         }
@@ -944,6 +987,7 @@ mod tests {
                 (AllReduce, TwoShot) => Some(abi::SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT),
                 (AllReduce, Ll) => Some(abi::SYMCOMM_COLL_ALL_REDUCE_LL),
                 (AllGather, Direct) => Some(abi::SYMCOMM_COLL_ALL_GATHER),
+                (AllGather, Ll) => Some(abi::SYMCOMM_COLL_ALL_GATHER_LL),
                 (ReduceScatter, Direct) => Some(abi::SYMCOMM_COLL_REDUCE_SCATTER),
                 (Broadcast, Direct) => Some(abi::SYMCOMM_COLL_BROADCAST),
                 (Reduce, Direct) => Some(abi::SYMCOMM_COLL_REDUCE),

@@ -656,7 +656,9 @@ fn mixing_in_place_and_out_of_place_is_a_mismatch() {
                     args.dst = args.src;
                     let own = u64::from(r) * count;
                     match kind {
-                        SYMCOMM_COLL_ALL_GATHER => args.src_offset = own,
+                        SYMCOMM_COLL_ALL_GATHER | SYMCOMM_COLL_ALL_GATHER_LL => {
+                            args.src_offset = own;
+                        }
                         SYMCOMM_COLL_REDUCE_SCATTER | SYMCOMM_COLL_SCATTER => args.dst_offset = own,
                         _ => {}
                     }
@@ -671,7 +673,7 @@ fn mixing_in_place_and_out_of_place_is_a_mismatch() {
             })
             .collect();
         // LL calls compare fingerprints in the header lines, the others in their first barrier.
-        let op = if kind == SYMCOMM_COLL_ALL_REDUCE_LL {
+        let op = if kind == SYMCOMM_COLL_ALL_REDUCE_LL || kind == SYMCOMM_COLL_ALL_GATHER_LL {
             SYMCOMM_OP_LL_WAIT
         } else {
             SYMCOMM_OP_BARRIER
@@ -1155,6 +1157,28 @@ fn invalid_cases() -> Vec<Invalid> {
             ..base
         },
         Invalid {
+            what: "LL all-gather on a communicator without an LL area",
+            nranks: 2,
+            args: |a, _| CollArgs {
+                kind: SYMCOMM_COLL_ALL_GATHER_LL,
+                ..a
+            },
+            expect: |a| refused(a, SYMCOMM_REFUSED_LL),
+            ll_lines: 0,
+            ..base
+        },
+        Invalid {
+            what: "LL all-gather on a barrier index past the LL area",
+            nranks: 3,
+            args: |a, _| CollArgs {
+                kind: SYMCOMM_COLL_ALL_GATHER_LL,
+                index: SYMCOMM_USER_BARRIER_END,
+                ..a
+            },
+            expect: |a| refused(a, SYMCOMM_REFUSED_LL),
+            ..base
+        },
+        Invalid {
             what: "LL all-reduce on a barrier index past the LL area",
             nranks: 2,
             args: |a, _| CollArgs {
@@ -1412,7 +1436,9 @@ fn ranges_past_the_window_are_refused_on_every_rank_for_every_kind() {
                             a.dst = a.src;
                             let own = u64::from(r) * COUNT;
                             match kind {
-                                SYMCOMM_COLL_ALL_GATHER => a.src_offset = own,
+                                SYMCOMM_COLL_ALL_GATHER | SYMCOMM_COLL_ALL_GATHER_LL => {
+                                    a.src_offset = own;
+                                }
                                 SYMCOMM_COLL_REDUCE_SCATTER | SYMCOMM_COLL_SCATTER => {
                                     a.dst_offset = own;
                                 }
@@ -1827,7 +1853,9 @@ impl Step {
         }
         let b = self.base + self.shift.0;
         match self.kind {
-            SYMCOMM_COLL_ALL_GATHER => ((0, b + r * self.count), (0, b)),
+            SYMCOMM_COLL_ALL_GATHER | SYMCOMM_COLL_ALL_GATHER_LL => {
+                ((0, b + r * self.count), (0, b))
+            }
             SYMCOMM_COLL_REDUCE_SCATTER | SYMCOMM_COLL_SCATTER => ((0, b), (0, b + r * self.count)),
             _ => ((0, b), (0, b)),
         }
@@ -1854,14 +1882,16 @@ fn input_value(ty: IntType, op: u32, rank: u32, step: usize, e: u64) -> u64 {
 /// equal their initial contents with every step's outputs applied.
 #[test]
 fn back_to_back_launches_of_every_kind_and_grid_shape() {
-    const KINDS: [u32; 8] = [
+    const KINDS: [u32; 10] = [
         SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT,
+        SYMCOMM_COLL_ALL_GATHER_LL,
         SYMCOMM_COLL_ALL_GATHER,
         SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT,
         SYMCOMM_COLL_BROADCAST,
         SYMCOMM_COLL_REDUCE_SCATTER,
         SYMCOMM_COLL_SCATTER,
         SYMCOMM_COLL_REDUCE,
+        SYMCOMM_COLL_ALL_REDUCE_LL,
         SYMCOMM_COLL_ALL_TO_ALL,
     ];
     const TYPES: [IntType; 6] = [U32, I64, U8, I32, U64, I8];
@@ -1918,7 +1948,8 @@ fn back_to_back_launches_of_every_kind_and_grid_shape() {
             let (in_blocks, _) = s.blocks(n);
             for r in 0..nranks {
                 let ((w, soff), _) = s.offsets(u64::from(r));
-                let own_block_only = s.in_place && s.kind == SYMCOMM_COLL_ALL_GATHER;
+                let own_block_only = s.in_place
+                    && (s.kind == SYMCOMM_COLL_ALL_GATHER || s.kind == SYMCOMM_COLL_ALL_GATHER_LL);
                 let elems = if own_block_only {
                     s.count
                 } else {
@@ -1955,7 +1986,9 @@ fn back_to_back_launches_of_every_kind_and_grid_shape() {
                     };
                     for i in 0..s.count {
                         match s.kind {
-                            SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT | SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT => {
+                            SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT
+                            | SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT
+                            | SYMCOMM_COLL_ALL_REDUCE_LL => {
                                 out.push((at(i), red(&|p| input(p, t, i))))
                             }
                             SYMCOMM_COLL_REDUCE => {
@@ -1966,7 +1999,7 @@ fn back_to_back_launches_of_every_kind_and_grid_shape() {
                             SYMCOMM_COLL_REDUCE_SCATTER => {
                                 out.push((at(i), red(&|p| input(p, t, u64::from(r) * s.count + i))))
                             }
-                            SYMCOMM_COLL_ALL_GATHER => {
+                            SYMCOMM_COLL_ALL_GATHER | SYMCOMM_COLL_ALL_GATHER_LL => {
                                 for p in 0..nranks {
                                     out.push((at(u64::from(p) * s.count + i), input(p, t, i)));
                                 }

@@ -71,7 +71,7 @@ fn tuning_text(s: &mut String) {
     let ranks: Vec<String> = REPORT_RANKS.iter().map(u32::to_string).collect();
     let _ = writeln!(
         s,
-        "  {:<8} {:>9} {:>10} {:>7} {:>11} {:>12}   all-reduce LL up to | two-shot from ({} ranks)",
+        "  {:<8} {:>9} {:>10} {:>7} {:>11} {:>12}   all-reduce LL up to | two-shot from | all-gather LL up to ({} ranks)",
         "backend",
         "launch us",
         "barrier us",
@@ -91,7 +91,7 @@ fn tuning_text(s: &mut String) {
         };
         let _ = writeln!(
             s,
-            "  {:<8} {:>9.1} {:>10.1} {:>7.1} {:>11.1} {:>12.1}   {} | {}",
+            "  {:<8} {:>9.1} {:>10.1} {:>7.1} {:>11.1} {:>12.1}   {} | {} | {}",
             b.name(),
             p.launch_us,
             p.barrier_us,
@@ -99,7 +99,8 @@ fn tuning_text(s: &mut String) {
             p.peer_read_gbps,
             p.local_gbps,
             sizes(tune::all_reduce_ll_limit),
-            sizes(tune::all_reduce_crossover)
+            sizes(tune::all_reduce_crossover),
+            sizes(tune::all_gather_ll_limit)
         );
     }
 }
@@ -135,6 +136,10 @@ fn model_report() -> Value {
                 .into_iter()
                 .map(|n| json!({ "nranks": n, "bytes": tune::all_reduce_ll_limit(n, b) }))
                 .collect();
+            let ag_ll: Vec<Value> = REPORT_RANKS
+                .into_iter()
+                .map(|n| json!({ "nranks": n, "bytes": tune::all_gather_ll_limit(n, b) }))
+                .collect();
             let params = json!({
                 "launch_us": p.launch_us,
                 "barrier_us": p.barrier_us,
@@ -149,6 +154,7 @@ fn model_report() -> Value {
                     "params": params,
                     "all_reduce_ll_up_to": ll,
                     "all_reduce_two_shot_from": cross,
+                    "all_gather_ll_up_to": ag_ll,
                 }),
             )
         })
@@ -395,6 +401,10 @@ mod tests {
             for (v, n) in x.iter().zip(REPORT_RANKS) {
                 assert_eq!(v["nranks"], json!(n));
                 assert_eq!(v["bytes"], json!(tune::all_reduce_crossover(n, b)));
+            }
+            let ag = be["all_gather_ll_up_to"].as_array().unwrap();
+            for (v, n) in ag.iter().zip(REPORT_RANKS) {
+                assert_eq!(v["bytes"], json!(tune::all_gather_ll_limit(n, b)));
             }
             let ll = be["all_reduce_ll_up_to"].as_array().unwrap();
             for (v, n) in ll.iter().zip(REPORT_RANKS) {

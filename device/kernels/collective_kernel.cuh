@@ -75,6 +75,8 @@ SYMCOMM_DEVICE Status run_copy(Cta g, const Call& c) {
     switch (c.a.kind) {
         case SYMCOMM_COLL_ALL_GATHER:
             return all_gather(g, c.comm, c.scope, src, dst, c.a.count);
+        case SYMCOMM_COLL_ALL_GATHER_LL:
+            return all_gather_ll(g, c.comm, c.scope, src, dst, c.a.count);
         case SYMCOMM_COLL_BROADCAST:
             return broadcast(g, c.comm, c.scope, src, dst, c.a.count, c.a.root);
         case SYMCOMM_COLL_SCATTER:

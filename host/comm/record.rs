@@ -80,6 +80,7 @@ fn refusal(rec: &ErrorRecord, describe: &str) -> String {
             a::SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT => "all_reduce (two-shot)".to_owned(),
             a::SYMCOMM_COLL_ALL_REDUCE_LL => "all_reduce (LL)".to_owned(),
             a::SYMCOMM_COLL_ALL_GATHER => "all_gather".to_owned(),
+            a::SYMCOMM_COLL_ALL_GATHER_LL => "all_gather (LL)".to_owned(),
             a::SYMCOMM_COLL_REDUCE_SCATTER => "reduce_scatter".to_owned(),
             a::SYMCOMM_COLL_BROADCAST => "broadcast".to_owned(),
             a::SYMCOMM_COLL_REDUCE => "reduce".to_owned(),

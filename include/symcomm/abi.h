@@ -68,7 +68,8 @@ typedef unsigned long long uint64_t;
 #define SYMCOMM_USER_BARRIER_END (SYMCOMM_P2P_FIRST_WORD - SYMCOMM_BARRIER_WORD_FIRST)
 
 /* The low-latency (LL) area. Each rank's signal array is followed, at `DevComm::ll_offset` bytes
- * from its start, by the LL area that SYMCOMM_COLL_ALL_REDUCE_LL uses: data travels in 16-byte
+ * from its start, by the LL area the LL collectives use (SYMCOMM_COLL_ALL_REDUCE_LL,
+ * SYMCOMM_COLL_ALL_GATHER_LL): data travels in 16-byte
  * lines, each two 8-byte halves of (4 data bytes, 4 flag bytes) stored at once, so a reader that
  * sees the flag it waits for in a half has that half's data too, with no barrier. The area holds,
  * for every barrier index s in [0, SYMCOMM_USER_BARRIER_END):
@@ -176,7 +177,7 @@ typedef unsigned long long uint64_t;
 #define SYMCOMM_OP_USER 6u
 /** A grid-wide sync across the CTAs of one launch (`grid_sync`; detail: the generation waited on). */
 #define SYMCOMM_OP_GRID_SYNC 7u
-/** A wait for a line of the LL area (`all_reduce_ll`; detail: the barrier index << 32 | the line
+/** A wait for a line of the LL area (`all_reduce_ll`, `all_gather_ll`; detail: the barrier index << 32 | the line
  *  in its region, 0 for the header line). */
 #define SYMCOMM_OP_LL_WAIT 8u
 
@@ -227,8 +228,11 @@ typedef unsigned long long uint64_t;
 /** All-reduce, low latency: every rank stores its input as LL lines into every peer's LL area
  *  and reduces what arrives in its own, with no barrier (small messages). */
 #define SYMCOMM_COLL_ALL_REDUCE_LL 8u
+/** All-gather, low latency: every rank stores its input as LL lines into every peer's LL area
+ *  and copies what arrives in its own into its output blocks, with no barrier (small messages). */
+#define SYMCOMM_COLL_ALL_GATHER_LL 9u
 /** Number of collective kinds. */
-#define SYMCOMM_COLL_COUNT 9u
+#define SYMCOMM_COLL_COUNT 10u
 
 /** Grid scope: every CTA of the launch works on one buffer; CTA b uses barrier index index + b. */
 #define SYMCOMM_SCOPE_GRID 0u

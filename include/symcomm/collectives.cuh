@@ -99,6 +99,7 @@ struct Range {
 ///   all_reduce_one_shot  src[P] of every rank             -> dst[P]
 ///   all_reduce_ll        src[P] of every rank (via LL lines) -> dst[P]
 ///   all_gather           src[P] of every rank             -> dst[r*count + P] for every r
+///   all_gather_ll        src[P] of every rank (via LL lines) -> dst[r*count + P] for every r
 ///   reduce_scatter       src[r*count + P] of every rank, reduced -> rank r's dst[P]
 ///   broadcast            root's src[P]                    -> dst[P]
 ///   reduce               src[P] of every rank             -> root's dst[P]
@@ -161,6 +162,18 @@ SYMCOMM_DEVICE Status all_reduce_ll(Cta g, const DevComm& comm, CollScope scope,
 template <typename T>
 SYMCOMM_DEVICE Status all_gather(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
                                  WindowSlice<T> dst, uint64_t count);
+
+/// All-gather, low latency (LL): all_gather's buffers, in-place rule and results with
+/// all_reduce_ll's protocol — each CTA stores its part of this rank's `src` into every peer's LL
+/// area as lines of 8 data bytes and the round's flag, then copies every peer's lines that arrive
+/// in its own LL area into the peer's block of `dst`: no barrier, one one-way trip of latency per
+/// round of `comm.ll_lines - 1` lines, a fingerprint header per round (Mismatch), state in device
+/// memory (back-to-back calls and graph replay need no reset). Peers never touch this rank's
+/// `src` or `dst`. For small messages. Refused and failing as all_reduce_ll (SYMCOMM_REFUSED_LL,
+/// SYMCOMM_OP_LL_WAIT).
+template <typename T>
+SYMCOMM_DEVICE Status all_gather_ll(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                                    WindowSlice<T> dst, uint64_t count);
 
 /// Reduce-scatter: block r (`src[r*count, +count)`) of every rank, reduced with `Op`, lands in
 /// rank r's `dst[0, count)`. In place: dst.offset == src.offset + rank*count, same window.

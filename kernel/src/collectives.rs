@@ -309,6 +309,30 @@ pub fn all_gather<T: Element>(
     )
 }
 
+/// All-gather, low latency: [`all_gather`]'s buffers and results, with [`all_reduce_ll`]'s
+/// protocol (LL lines into every peer's LL area, no barrier); for small messages
+/// (`all_gather_ll` in `collectives.cuh`).
+#[inline(always)]
+pub fn all_gather_ll<T: Element>(
+    _: Cta,
+    comm: &DevComm,
+    scope: CollScope,
+    src: WindowSlice<T>,
+    dst: WindowSlice<T>,
+    count: u64,
+) -> Status {
+    run(
+        comm,
+        abi::SYMCOMM_COLL_ALL_GATHER_LL,
+        scope,
+        src,
+        dst,
+        count,
+        0,
+        0,
+    )
+}
+
 /// Reduce-scatter: block r of every rank's `src`, reduced, lands in rank r's `dst[0, count)`.
 #[inline(always)]
 pub fn reduce_scatter<T: Element>(

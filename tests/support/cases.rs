@@ -27,6 +27,7 @@ pub(crate) fn kind_name(kind: u32) -> &'static str {
         SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT => "all_reduce_two_shot",
         SYMCOMM_COLL_ALL_REDUCE_LL => "all_reduce_ll",
         SYMCOMM_COLL_ALL_GATHER => "all_gather",
+        SYMCOMM_COLL_ALL_GATHER_LL => "all_gather_ll",
         SYMCOMM_COLL_REDUCE_SCATTER => "reduce_scatter",
         SYMCOMM_COLL_BROADCAST => "broadcast",
         SYMCOMM_COLL_REDUCE => "reduce",
@@ -178,7 +179,9 @@ impl Case {
             return (lay.soff, lay.doff);
         }
         match self.kind {
-            SYMCOMM_COLL_ALL_GATHER => (lay.doff + rank * self.count, lay.doff),
+            SYMCOMM_COLL_ALL_GATHER | SYMCOMM_COLL_ALL_GATHER_LL => {
+                (lay.doff + rank * self.count, lay.doff)
+            }
             SYMCOMM_COLL_REDUCE_SCATTER | SYMCOMM_COLL_SCATTER => {
                 (lay.soff, lay.soff + rank * self.count)
             }
@@ -371,7 +374,7 @@ pub(crate) fn exec_case<R: Ranks>(
                     SYMCOMM_COLL_REDUCE_SCATTER => {
                         set(i, reduced(red[t as usize][(ru * count + i) as usize]));
                     }
-                    SYMCOMM_COLL_ALL_GATHER => {
+                    SYMCOMM_COLL_ALL_GATHER | SYMCOMM_COLL_ALL_GATHER_LL => {
                         for p in 0..n {
                             set(u64::from(p) * count + i, Ok(bits(p, t, i)));
                         }

@@ -60,7 +60,7 @@ struct Args {
 const char* kind_name(uint32_t kind) {
     static const char* const names[] = {"all_reduce_one_shot", "all_reduce_two_shot", "all_gather", "reduce_scatter",
                                         "broadcast",           "reduce",              "scatter",    "all_to_all",
-                                        "all_reduce_ll"};
+                                        "all_reduce_ll",       "all_gather_ll"};
     return kind < SYMCOMM_COLL_COUNT ? names[kind] : "?";
 }
 
@@ -77,7 +77,7 @@ bool is_reduction(uint32_t kind) {
 /// Input and output sizes of a rank, in blocks of `count` elements.
 void blocks(uint32_t kind, uint64_t n, uint64_t& in, uint64_t& out) {
     in = out = 1;
-    if (kind == SYMCOMM_COLL_ALL_GATHER) out = n;
+    if (kind == SYMCOMM_COLL_ALL_GATHER || kind == SYMCOMM_COLL_ALL_GATHER_LL) out = n;
     if (kind == SYMCOMM_COLL_REDUCE_SCATTER || kind == SYMCOMM_COLL_SCATTER) in = n;
     if (kind == SYMCOMM_COLL_ALL_TO_ALL) in = out = n;
 }
@@ -159,7 +159,7 @@ struct Case {
         s = sshift;
         d = in_place ? sshift : dshift;
         if (!in_place) return;
-        if (kind == SYMCOMM_COLL_ALL_GATHER) s = d + r * count;
+        if (kind == SYMCOMM_COLL_ALL_GATHER || kind == SYMCOMM_COLL_ALL_GATHER_LL) s = d + r * count;
         if (kind == SYMCOMM_COLL_REDUCE_SCATTER || kind == SYMCOMM_COLL_SCATTER) d = s + r * count;
     }
     std::string label(uint32_t nranks) const {
@@ -278,6 +278,7 @@ void run_case(Team& team, uint32_t r, const Case& c) {
                     break;
                 case SYMCOMM_COLL_REDUCE_SCATTER: put(t, i, red(t, r * c.count + i)); break;
                 case SYMCOMM_COLL_ALL_GATHER:
+                case SYMCOMM_COLL_ALL_GATHER_LL:
                     for (uint32_t p = 0; p < n; ++p) put(t, p * c.count + i, in_of(p, t, i));
                     break;
                 case SYMCOMM_COLL_BROADCAST: put(t, i, in_of(c.root, t, i)); break;

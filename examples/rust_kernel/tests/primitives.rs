@@ -820,7 +820,9 @@ const BROADCAST: u32 = 4;
 const REDUCE: u32 = 5;
 const SCATTER: u32 = 6;
 const ALL_TO_ALL: u32 = 7;
-const KIND_NAMES: [&str; 8] = [
+const ALL_REDUCE_LL: u32 = 8;
+const ALL_GATHER_LL: u32 = 9;
+const KIND_NAMES: [&str; 10] = [
     "all_reduce_one_shot",
     "all_reduce_two_shot",
     "all_gather",
@@ -829,6 +831,8 @@ const KIND_NAMES: [&str; 8] = [
     "reduce",
     "scatter",
     "all_to_all",
+    "all_reduce_ll",
+    "all_gather_ll",
 ];
 const SUM: u32 = 0;
 const PROD: u32 = 1;
@@ -848,7 +852,7 @@ struct Case {
 /// Element j of rank r's input: small integers, so every reduction is exact in every type.
 fn input<T: El>(case: &Case, r: u32, j: usize) -> i128 {
     let (r, j) = (i128::from(r), j as i128);
-    if case.op == PROD && matches!(case.kind, 0 | 1 | 3 | 5) {
+    if case.op == PROD && matches!(case.kind, 0 | 1 | 3 | 5 | 8) {
         return (j + 2 * r) % 3 + 1;
     }
     let small = (j * 7 + r * 13) % 41;
@@ -892,7 +896,7 @@ fn coll_case<T: El>(
         (3, 5)
     } else {
         match case.kind {
-            ALL_GATHER => (5 + mu * c, 5),
+            ALL_GATHER | ALL_GATHER_LL => (5 + mu * c, 5),
             REDUCE_SCATTER | SCATTER => (5, 5 + mu * c),
             _ => (5, 5),
         }
@@ -923,8 +927,10 @@ fn coll_case<T: El>(
             |j: usize| T::of(reduce_ref(case.op, (0..n).map(|r| input::<T>(case, r, j)))).bits();
         let val = |r: u32, j: usize| T::of(input::<T>(case, r, j)).bits();
         match case.kind {
-            ALL_REDUCE_ONE_SHOT | ALL_REDUCE_TWO_SHOT => (0..c).for_each(|i| dst[d_o + i] = red(i)),
-            ALL_GATHER => {
+            ALL_REDUCE_ONE_SHOT | ALL_REDUCE_TWO_SHOT | ALL_REDUCE_LL => {
+                (0..c).for_each(|i| dst[d_o + i] = red(i))
+            }
+            ALL_GATHER | ALL_GATHER_LL => {
                 (0..nn).for_each(|r| (0..c).for_each(|i| dst[d_o + r * c + i] = val(r as u32, i)))
             }
             REDUCE_SCATTER => (0..c).for_each(|i| dst[d_o + i] = red(mu * c + i)),
@@ -1000,8 +1006,8 @@ fn coll_cases<T: El>(comm: &Communicator, s: &Stream, counts: &[usize], ops: &[u
     let mut bad = 0;
     let mut k = 0u32;
     for &count in counts {
-        for kind in 0..8u32 {
-            let reducing = matches!(kind, 0 | 1 | 3 | 5);
+        for kind in 0..10u32 {
+            let reducing = matches!(kind, 0 | 1 | 3 | 5 | 8);
             let kind_ops: &[u32] = if reducing { ops } else { &[SUM] };
             for &op in kind_ops {
                 for in_place in [false, true] {

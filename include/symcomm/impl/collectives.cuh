@@ -278,6 +278,72 @@ SYMCOMM_DEVICE Status all_reduce_two_shot(Cta g, const DevComm& comm, CollScope 
     return barrier(g, comm, part.slot, fp);
 }
 
+namespace detail {
+
+/// The LL rounds of the calling CTA on barrier index `slot`: returns the epoch of its last round
+/// so far and advances the epoch word by `rounds`. The word is this CTA's alone: every thread
+/// reads it before the sync, one thread stores the new value after it; the next call reads it
+/// after this call's last vote.
+SYMCOMM_DEVICE uint64_t ll_take_rounds(Cta g, const DevComm& comm, uint32_t slot, uint64_t rounds) {
+    uint64_t* epoch_word = ll_epoch_word(comm, slot);
+    const uint64_t e0 = ld_relaxed<Scope::Gpu>(epoch_word);
+    g.sync();
+    if (rounds > 0 && g.thread_rank() == 0) st_relaxed<Scope::Gpu>(epoch_word, e0 + rounds);
+    return e0;
+}
+
+/// The sending half of LL round `epoch` for the calling CTA: lines [first, first + nl) of this
+/// rank's `elems` elements at `in` (Word8<T>::N per line; `aligned`: `in` is 8-byte aligned) into
+/// every peer's region for this rank, the regions' header lines (fingerprint `fp`), then the wait
+/// for every peer's header of this round in this rank's area (Mismatch on another fingerprint).
+/// The CTA's common status: on Ok every peer runs this round of the same call.
+///
+/// Reuse of a buffer: round e + 2 writes the buffer of round e. A rank writes it after its round
+/// e + 1 ended (the CTA's last vote of the round, after its receiving half read every rank's lines
+/// of round e + 1); each rank wrote those after its own round e ended, i.e. after it had read
+/// every line of round e. So nobody still reads a line that a round overwrites.
+template <typename T>
+SYMCOMM_DEVICE Status ll_send_round(Cta g, const DevComm& comm, uint32_t slot, uint64_t epoch, uint32_t fp,
+                                    const T* in, uint64_t elems, uint64_t first, uint64_t nl, bool aligned) {
+    constexpr uint32_t E = Word8<T>::N;
+    const uint32_t n = comm.nranks, r = comm.rank;
+    const uint32_t flag = ll_flag(epoch);
+    for (uint64_t j = g.thread_rank(); j < nl; j += g.size()) {
+        const uint64_t at = (first + j) * E;
+        const uint32_t m = uint32_t(min_u64(elems - at, E));
+        const Word8<T> v = ll_gather(in + at, m, aligned && m == E);
+        for (uint32_t d = 1; d < n; ++d) {
+            const uint32_t q = r + d < n ? r + d : r + d - n;
+            ll_put(ll_region(comm, q, slot, epoch, r) + 1u + j, v.w[0], v.w[1], flag);
+        }
+    }
+    for (uint32_t q = g.thread_rank(); q < n; q += g.size()) {
+        if (q != r) ll_put(ll_region(comm, q, slot, epoch, r), fp, fp, flag);
+    }
+    Status s = Status::Ok;
+    for (uint32_t p = g.thread_rank(); p < n && s == Status::Ok; p += g.size()) {
+        if (p == r) continue;
+        uint32_t w[2];
+        s = ll_wait(Thread{}, comm, ll_region(comm, r, slot, epoch, p), flag, p, uint64_t(slot) << 32, w);
+        if (s == Status::Ok && w[0] != fp) {
+            record_error(Thread{}, comm, Status::Mismatch, p, SYMCOMM_OP_LL_WAIT, (uint64_t(slot) << 32) | w[0]);
+            s = Status::Mismatch;
+        }
+    }
+    return group_status(g, s);
+}
+
+/// Waits (bounded) for line `j` (0-based, after the header) of rank `p`'s region in this rank's LL
+/// area in round `epoch`, and gives its data.
+template <typename T>
+SYMCOMM_DEVICE Status ll_receive(const DevComm& comm, uint32_t slot, uint64_t epoch, uint32_t p, uint64_t j,
+                                 Word8<T>& v) {
+    return ll_wait(Thread{}, comm, ll_region(comm, comm.rank, slot, epoch, p) + 1u + j, ll_flag(epoch), p,
+                   (uint64_t(slot) << 32) | (1u + j), v.w);
+}
+
+}  // namespace detail
+
 template <RedOp Op, typename T>
 SYMCOMM_DEVICE Status all_reduce_ll(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
                                     WindowSlice<T> dst, uint64_t count) {
@@ -292,56 +358,23 @@ SYMCOMM_DEVICE Status all_reduce_ll(Cta g, const DevComm& comm, CollScope scope,
     const uint32_t n = comm.nranks, r = comm.rank, slot = part.slot;
     constexpr uint32_t E = Word8<T>::N;
     const uint64_t per_round = comm.ll_lines - 1u;  // line 0 of a region: the round's header
-    const uint64_t lines = (part.hi - part.lo + E - 1u) / E;
+    const uint64_t elems = part.hi - part.lo;
+    const uint64_t lines = (elems + E - 1u) / E;
     const uint64_t rounds = (lines + per_round - 1u) / per_round;
     const T* in = src.local_ptr(part.lo);
     T* out = dst.local_ptr(part.lo);
     const bool aligned = ((reinterpret_cast<uint64_t>(in) | reinterpret_cast<uint64_t>(out)) & 7u) == 0;
-    // The epoch word is this CTA's alone: every thread reads it before the sync, one thread
-    // stores the new value after it; the next call reads it after this call's last vote.
-    uint64_t* epoch_word = ll_epoch_word(comm, slot);
-    const uint64_t e0 = ld_relaxed<Scope::Gpu>(epoch_word);
-    g.sync();
-    if (rounds > 0 && g.thread_rank() == 0) st_relaxed<Scope::Gpu>(epoch_word, e0 + rounds);
-    // Reuse of a buffer: round e + 2 writes the buffer of round e. A rank writes it after its
-    // round e + 1 ended (the CTA's last vote of the round), i.e. after it read every rank's lines
-    // of round e + 1; each rank wrote those after its own round e ended, i.e. after it had read
-    // every line of round e. So nobody still reads a line that a round overwrites.
+    const uint64_t e0 = ll_take_rounds(g, comm, slot, rounds);
     for (uint64_t k = 0; k < rounds; ++k) {
         const uint64_t epoch = e0 + 1u + k;
-        const uint32_t flag = ll_flag(epoch);
         const uint64_t first = k * per_round;
         const uint64_t nl = min_u64(lines - first, per_round);
-        // Send: this rank's lines into every peer's region for this rank, and the header.
-        for (uint64_t j = g.thread_rank(); j < nl; j += g.size()) {
-            const uint64_t at = (first + j) * E;
-            const uint32_t m = uint32_t(min_u64(part.hi - part.lo - at, E));
-            const Word8<T> v = ll_gather(in + at, m, aligned && m == E);
-            for (uint32_t d = 1; d < n; ++d) {
-                const uint32_t q = r + d < n ? r + d : r + d - n;
-                ll_put(ll_region(comm, q, slot, epoch, r) + 1u + j, v.w[0], v.w[1], flag);
-            }
-        }
-        for (uint32_t q = g.thread_rank(); q < n; q += g.size()) {
-            if (q != r) ll_put(ll_region(comm, q, slot, epoch, r), fp, fp, flag);
-        }
-        // Headers: every peer is in this round of the same call.
-        Status s = Status::Ok;
-        for (uint32_t p = g.thread_rank(); p < n && s == Status::Ok; p += g.size()) {
-            if (p == r) continue;
-            uint32_t w[2];
-            s = ll_wait(Thread{}, comm, ll_region(comm, r, slot, epoch, p), flag, p, uint64_t(slot) << 32, w);
-            if (s == Status::Ok && w[0] != fp) {
-                record_error(Thread{}, comm, Status::Mismatch, p, SYMCOMM_OP_LL_WAIT, (uint64_t(slot) << 32) | w[0]);
-                s = Status::Mismatch;
-            }
-        }
-        s = group_status(g, s);
+        Status s = ll_send_round(g, comm, slot, epoch, fp, in, elems, first, nl, aligned);
         if (s != Status::Ok) return s;
         // Receive: every rank's line, in rank order (this rank's from its own input).
         for (uint64_t j = g.thread_rank(); j < nl && s == Status::Ok; j += g.size()) {
             const uint64_t at = (first + j) * E;
-            const uint32_t m = uint32_t(min_u64(part.hi - part.lo - at, E));
+            const uint32_t m = uint32_t(min_u64(elems - at, E));
             const bool whole = aligned && m == E;
             Accumulator<T, Op> acc[E];
             for (uint32_t p = 0; p < n && s == Status::Ok; ++p) {
@@ -349,8 +382,7 @@ SYMCOMM_DEVICE Status all_reduce_ll(Cta g, const DevComm& comm, CollScope scope,
                 if (p == r) {
                     v = ll_gather(in + at, m, whole);
                 } else {
-                    s = ll_wait(Thread{}, comm, ll_region(comm, r, slot, epoch, p) + 1u + j, flag, p,
-                                (uint64_t(slot) << 32) | (1u + j), v.w);
+                    s = ll_receive(comm, slot, epoch, p, j, v);
                 }
                 for (uint32_t x = 0; x < E; ++x) {
                     if (p == 0) {
@@ -365,7 +397,58 @@ SYMCOMM_DEVICE Status all_reduce_ll(Cta g, const DevComm& comm, CollScope scope,
             for (uint32_t x = 0; x < E; ++x) res.e[x] = acc[x].result(n);
             ll_scatter(out + at, res, m, whole);
         }
-        // Ends the round for the whole CTA (the vote synchronizes it; see reuse above).
+        // Ends the round for the whole CTA (the vote synchronizes it; see ll_send_round).
+        s = group_status(g, s);
+        if (s != Status::Ok) return s;
+    }
+    return Status::Ok;
+}
+
+template <typename T>
+SYMCOMM_DEVICE Status all_gather_ll(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                                    WindowSlice<T> dst, uint64_t count) {
+    using namespace detail;
+    const uint32_t kind = SYMCOMM_COLL_ALL_GATHER_LL;
+    const uint32_t n = comm.nranks, r = comm.rank;
+    if (const uint32_t why = window_check(comm, src, 1, dst, n, count)) return refuse(g, comm, kind, why);
+    const bool in_place = same_window(src, dst) && src.offset == dst.offset + uint64_t(r) * count;
+    if (!in_place && overlaps(src, count, dst, count * n)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
+    const Part part = part_of(scope, 0, count, Pack16<T>::N);
+    if (comm.ll_lines < 2 || part.slot >= SYMCOMM_USER_BARRIER_END) return refuse(g, comm, kind, SYMCOMM_REFUSED_LL);
+    const uint32_t fp = coll_fingerprint<T>(kind, 0, count, 0, in_place);
+    const uint32_t slot = part.slot;
+    constexpr uint32_t E = Word8<T>::N;
+    const uint64_t per_round = comm.ll_lines - 1u;
+    const uint64_t elems = part.hi - part.lo;
+    const uint64_t lines = (elems + E - 1u) / E;
+    const uint64_t rounds = (lines + per_round - 1u) / per_round;
+    const T* in = src.local_ptr(part.lo);
+    const bool in_aligned = (reinterpret_cast<uint64_t>(in) & 7u) == 0;
+    const uint64_t e0 = ll_take_rounds(g, comm, slot, rounds);
+    for (uint64_t k = 0; k < rounds; ++k) {
+        const uint64_t epoch = e0 + 1u + k;
+        const uint64_t first = k * per_round;
+        const uint64_t nl = min_u64(lines - first, per_round);
+        Status s = ll_send_round(g, comm, slot, epoch, fp, in, elems, first, nl, in_aligned);
+        if (s != Status::Ok) return s;
+        // Receive: every peer's line into its block (in place, this rank's block holds its input
+        // already; out of place it is copied from the input).
+        for (uint64_t j = g.thread_rank(); j < nl && s == Status::Ok; j += g.size()) {
+            const uint64_t at = (first + j) * E;
+            const uint32_t m = uint32_t(min_u64(elems - at, E));
+            for (uint32_t p = 0; p < n && s == Status::Ok; ++p) {
+                if (p == r && in_place) continue;
+                T* out = dst.local_ptr(uint64_t(p) * count + part.lo);
+                Word8<T> v;
+                if (p == r) {
+                    v = ll_gather(in + at, m, in_aligned && m == E);
+                } else {
+                    s = ll_receive(comm, slot, epoch, p, j, v);
+                    if (s != Status::Ok) break;
+                }
+                ll_scatter(out + at, v, m, m == E && (reinterpret_cast<uint64_t>(out) & 7u) == 0);
+            }
+        }
         s = group_status(g, s);
         if (s != Status::Ok) return s;
     }

@@ -585,6 +585,8 @@ fn collective<T: Element>(comm: &DevComm, c: Coll) -> u64 {
         5 => reduce(Cta, comm, sc, src, dst, n, op, c.root),
         6 => scatter(Cta, comm, sc, src, dst, n, c.root),
         7 => all_to_all(Cta, comm, sc, src, dst, n),
+        8 => all_reduce_ll(Cta, comm, sc, src, dst, n, op),
+        9 => all_gather_ll(Cta, comm, sc, src, dst, n),
         _ => return RK_BAD_ARGS,
     };
     u64::from(s.code())
