@@ -334,11 +334,12 @@ SYMCOMM_DEVICE Status ll_send_round(Cta g, const DevComm& comm, uint32_t slot, u
 }
 
 /// Waits (bounded) for line `j` (0-based, after the header) of rank `p`'s region in this rank's LL
-/// area in round `epoch`, and gives its data.
+/// area in round `epoch` (whose flag is `flag`, ll_flag(epoch), computed once per round), and
+/// gives its data.
 template <typename T>
-SYMCOMM_DEVICE Status ll_receive(const DevComm& comm, uint32_t slot, uint64_t epoch, uint32_t p, uint64_t j,
-                                 Word8<T>& v) {
-    return ll_wait(Thread{}, comm, ll_region(comm, comm.rank, slot, epoch, p) + 1u + j, ll_flag(epoch), p,
+SYMCOMM_DEVICE Status ll_receive(const DevComm& comm, uint32_t slot, uint64_t epoch, uint32_t flag, uint32_t p,
+                                 uint64_t j, Word8<T>& v) {
+    return ll_wait(Thread{}, comm, ll_region(comm, comm.rank, slot, epoch, p) + 1u + j, flag, p,
                    (uint64_t(slot) << 32) | (1u + j), v.w);
 }
 
@@ -367,6 +368,7 @@ SYMCOMM_DEVICE Status all_reduce_ll(Cta g, const DevComm& comm, CollScope scope,
     const uint64_t e0 = ll_take_rounds(g, comm, slot, rounds);
     for (uint64_t k = 0; k < rounds; ++k) {
         const uint64_t epoch = e0 + 1u + k;
+        const uint32_t flag = ll_flag(epoch);
         const uint64_t first = k * per_round;
         const uint64_t nl = min_u64(lines - first, per_round);
         Status s = ll_send_round(g, comm, slot, epoch, fp, in, elems, first, nl, aligned);
@@ -382,7 +384,7 @@ SYMCOMM_DEVICE Status all_reduce_ll(Cta g, const DevComm& comm, CollScope scope,
                 if (p == r) {
                     v = ll_gather(in + at, m, whole);
                 } else {
-                    s = ll_receive(comm, slot, epoch, p, j, v);
+                    s = ll_receive(comm, slot, epoch, flag, p, j, v);
                 }
                 for (uint32_t x = 0; x < E; ++x) {
                     if (p == 0) {
@@ -427,6 +429,7 @@ SYMCOMM_DEVICE Status all_gather_ll(Cta g, const DevComm& comm, CollScope scope,
     const uint64_t e0 = ll_take_rounds(g, comm, slot, rounds);
     for (uint64_t k = 0; k < rounds; ++k) {
         const uint64_t epoch = e0 + 1u + k;
+        const uint32_t flag = ll_flag(epoch);
         const uint64_t first = k * per_round;
         const uint64_t nl = min_u64(lines - first, per_round);
         Status s = ll_send_round(g, comm, slot, epoch, fp, in, elems, first, nl, in_aligned);
@@ -443,7 +446,7 @@ SYMCOMM_DEVICE Status all_gather_ll(Cta g, const DevComm& comm, CollScope scope,
                 if (p == r) {
                     v = ll_gather(in + at, m, in_aligned && m == E);
                 } else {
-                    s = ll_receive(comm, slot, epoch, p, j, v);
+                    s = ll_receive(comm, slot, epoch, flag, p, j, v);
                     if (s != Status::Ok) break;
                 }
                 ll_scatter(out + at, v, m, m == E && (reinterpret_cast<uint64_t>(out) & 7u) == 0);
