@@ -164,8 +164,8 @@ pub enum Algorithm {
     TwoShot,
     /// The one peer-pointer algorithm of the other collectives.
     Direct,
-    /// All-reduce and all-gather, low latency: data and flags in one store per 8 bytes, no
-    /// barrier (small messages).
+    /// All-reduce, all-gather, reduce-scatter and broadcast, low latency: data and flags in one
+    /// store per 8 bytes, no barrier (small messages).
     Ll,
 }
 
@@ -212,7 +212,9 @@ impl Algorithm {
             (Collective::ReduceScatter, Algorithm::Direct) => {
                 Some(abi::SYMCOMM_COLL_REDUCE_SCATTER)
             }
+            (Collective::ReduceScatter, Algorithm::Ll) => Some(abi::SYMCOMM_COLL_REDUCE_SCATTER_LL),
             (Collective::Broadcast, Algorithm::Direct) => Some(abi::SYMCOMM_COLL_BROADCAST),
+            (Collective::Broadcast, Algorithm::Ll) => Some(abi::SYMCOMM_COLL_BROADCAST_LL),
             (Collective::Reduce, Algorithm::Direct) => Some(abi::SYMCOMM_COLL_REDUCE),
             (Collective::Scatter, Algorithm::Direct) => Some(abi::SYMCOMM_COLL_SCATTER),
             (Collective::AllToAll, Algorithm::Direct) => Some(abi::SYMCOMM_COLL_ALL_TO_ALL),
@@ -221,12 +223,14 @@ impl Algorithm {
     }
 
     /// The algorithms available for `coll`, never empty: all-reduce `[OneShot, TwoShot, Ll]`
-    /// (one-shot first: it wins ties and is the one-rank choice), all-gather `[Direct, Ll]`,
-    /// every other collective `[Direct]`.
+    /// (one-shot first: it wins ties and is the one-rank choice), all-gather, reduce-scatter and
+    /// broadcast `[Direct, Ll]`, every other collective `[Direct]`.
     pub fn available(coll: Collective) -> &'static [Algorithm] {
         match coll {
             Collective::AllReduce => &[Algorithm::OneShot, Algorithm::TwoShot, Algorithm::Ll],
-            Collective::AllGather => &[Algorithm::Direct, Algorithm::Ll],
+            Collective::AllGather | Collective::ReduceScatter | Collective::Broadcast => {
+                &[Algorithm::Direct, Algorithm::Ll]
+            }
             _ => &[Algorithm::Direct],
         }
     }
@@ -383,8 +387,20 @@ fn cost(coll: Collective, algo: Algorithm, s: f64, nranks: u32, p: &ModelParams)
         },
         // Barrier, reduce block r of all n inputs, write b, barrier.
         (Collective::ReduceScatter, Algorithm::Direct) => c(2.0, (n - 1.0) * b, 2.0 * b),
+        // No barrier; a hop per round of a block b; block q's lines (16 bytes per 8) to rank q,
+        // the own input S read, the n−1 arrived blocks read back, b written.
+        (Collective::ReduceScatter, Algorithm::Ll) if s <= LL_MAX_BYTES as f64 => Cost {
+            hops: (b / p.ll_round_bytes).ceil().max(1.0),
+            ..c(0.0, 2.0 * (n - 1.0) * b, s + b + 2.0 * (n - 1.0) * b)
+        },
         // Barrier, every rank copies S from the root (root egress: n−1 readers), barrier.
         (Collective::Broadcast, Algorithm::Direct) => c(2.0, (n - 1.0) * s, 2.0 * s),
+        // No barrier; a hop per round of S; the root's lines to n−1 peers (its egress), each
+        // rank reads 2S of lines back and writes S, the root reads S.
+        (Collective::Broadcast, Algorithm::Ll) if s <= LL_MAX_BYTES as f64 => Cost {
+            hops: (s / p.ll_round_bytes).ceil().max(1.0),
+            ..c(0.0, 2.0 * (n - 1.0) * s, 4.0 * s)
+        },
         // Barrier, the root reads n−1 peers' S and its own, writes S, barrier.
         (Collective::Reduce, Algorithm::Direct) => c(2.0, (n - 1.0) * s, 2.0 * s),
         // Barrier, every rank copies its block from the root (root egress: n−1 blocks), barrier.
@@ -480,8 +496,14 @@ pub fn all_gather_ll_limit(nranks: u32, backend: BackendKind) -> Option<u64> {
     ll_limit_with(Collective::AllGather, nranks, params(backend))
 }
 
+/// [`all_reduce_ll_limit`] for any collective with an LL algorithm ([`Algorithm::available`]);
+/// `None` for the others.
+pub fn ll_limit(coll: Collective, nranks: u32, backend: BackendKind) -> Option<u64> {
+    ll_limit_with(coll, nranks, params(backend))
+}
+
 fn ll_limit_with(coll: Collective, nranks: u32, p: &ModelParams) -> Option<u64> {
-    if nranks <= 1 {
+    if nranks <= 1 || !Algorithm::available(coll).contains(&Algorithm::Ll) {
         return None;
     }
     let ll = |s: u64| choose_with(coll, s, nranks, p, None) == Algorithm::Ll;
@@ -602,9 +624,10 @@ pub fn geometry(
     max_ctas: u32,
 ) -> (u32, u32) {
     let n = u64::from(nranks.max(1));
-    // LL all-gather: each CTA sends its part of the rank's own block (a round per CTA).
+    // LL all-gather and reduce-scatter: each CTA sends its part of a block (a round per CTA).
     let work = match (coll, algo) {
-        (Collective::Scatter, _) | (Collective::AllGather, Algorithm::Ll) => bytes / n,
+        (Collective::Scatter, _)
+        | (Collective::AllGather | Collective::ReduceScatter, Algorithm::Ll) => bytes / n,
         _ => bytes,
     };
     let cap = match backend {
@@ -774,6 +797,35 @@ mod tests {
     }
 
     #[test]
+    fn ll_limits_of_every_collective_pin_the_choice() {
+        for coll in Collective::ALL {
+            let has_ll = Algorithm::available(coll).contains(&Algorithm::Ll);
+            for n in RANKS {
+                assert_eq!(ll_limit(coll, n, BackendKind::Emu), None, "{coll:?}");
+                let Some(l) = ll_limit(coll, n, BackendKind::Cuda) else {
+                    assert!(!has_ll, "{coll:?} n={n}: LL never wins on CUDA");
+                    continue;
+                };
+                assert!(has_ll && l <= LL_MAX_BYTES, "{coll:?} n={n}: {l}");
+                let pick = |s| choose(coll, s, n, BackendKind::Cuda, None);
+                for s in [8, l / 2, l] {
+                    assert_eq!(pick(s), Algorithm::Ll, "{coll:?} n={n} s={s} limit {l}");
+                }
+                assert_ne!(pick(l + 1), Algorithm::Ll, "{coll:?} n={n} {l}+1");
+            }
+            assert_eq!(ll_limit(coll, 1, BackendKind::Cuda), None);
+        }
+        assert_eq!(
+            ll_limit(Collective::AllReduce, 4, BackendKind::Cuda),
+            all_reduce_ll_limit(4, BackendKind::Cuda)
+        );
+        // The placeholders' limits, pinned (they move when the parameters do).
+        let at4 = |c| ll_limit(c, 4, BackendKind::Cuda);
+        assert_eq!(at4(Collective::ReduceScatter), Some(377_952));
+        assert_eq!(at4(Collective::Broadcast), Some(97_920));
+    }
+
+    #[test]
     fn crossover_matches_the_closed_form() {
         // Two ranks: two-shot − one-shot = barrier − S / (2 · local), so the crossover is
         // 2 · barrier_us · local (bytes/µs), within a byte.
@@ -904,6 +956,11 @@ mod tests {
         assert!((at(Collective::AllGather, Algorithm::Direct, 4) - 23.0).abs() < 1e-9);
         // Broadcast, n = 4: the root serves 3·S: 10 + 2 + 24 + 8 = 44.
         assert!((at(Collective::Broadcast, Algorithm::Direct, 4) - 44.0).abs() < 1e-9);
+        // LL broadcast, n = 4: 10 + 2 rounds · 0.5 + 2·3·8000/1000 + 4·8000/2000 = 75.
+        assert!((at(Collective::Broadcast, Algorithm::Ll, 4) - 75.0).abs() < 1e-9);
+        // LL reduce-scatter, n = 4 (b = 2000): 10 + 1 round · 0.5 + 2·3·2000/1000
+        //   + (8000 + 2000 + 2·3·2000)/2000 = 33.5.
+        assert!((at(Collective::ReduceScatter, Algorithm::Ll, 4) - 33.5).abs() < 1e-9);
         // Pairs that do not exist cost infinity, so the model never picks them.
         assert_eq!(
             at(Collective::AllGather, Algorithm::TwoShot, 4),
@@ -944,10 +1001,12 @@ mod tests {
                             Some(Algorithm::TwoShot),
                             Some(Algorithm::Ll),
                         ] {
-                            // All-gather has LL too: forced, or the model's choice.
-                            let want = match (coll, forced) {
-                                (Collective::AllGather, Some(Algorithm::Ll)) => Algorithm::Ll,
-                                (Collective::AllGather, _) => choose(coll, s, n, backend, None),
+                            // All-gather, reduce-scatter and broadcast have LL too: forced, or
+                            // the model's choice.
+                            let has_ll = Algorithm::available(coll).contains(&Algorithm::Ll);
+                            let want = match forced {
+                                Some(Algorithm::Ll) if has_ll => Algorithm::Ll,
+                                _ if has_ll => choose(coll, s, n, backend, None),
                                 _ => Algorithm::Direct,
                             };
                             assert_eq!(
@@ -989,7 +1048,9 @@ mod tests {
                 (AllGather, Direct) => Some(abi::SYMCOMM_COLL_ALL_GATHER),
                 (AllGather, Ll) => Some(abi::SYMCOMM_COLL_ALL_GATHER_LL),
                 (ReduceScatter, Direct) => Some(abi::SYMCOMM_COLL_REDUCE_SCATTER),
+                (ReduceScatter, Ll) => Some(abi::SYMCOMM_COLL_REDUCE_SCATTER_LL),
                 (Broadcast, Direct) => Some(abi::SYMCOMM_COLL_BROADCAST),
+                (Broadcast, Ll) => Some(abi::SYMCOMM_COLL_BROADCAST_LL),
                 (Reduce, Direct) => Some(abi::SYMCOMM_COLL_REDUCE),
                 (Scatter, Direct) => Some(abi::SYMCOMM_COLL_SCATTER),
                 (AllToAll, Direct) => Some(abi::SYMCOMM_COLL_ALL_TO_ALL),

@@ -659,7 +659,9 @@ fn mixing_in_place_and_out_of_place_is_a_mismatch() {
                         SYMCOMM_COLL_ALL_GATHER | SYMCOMM_COLL_ALL_GATHER_LL => {
                             args.src_offset = own;
                         }
-                        SYMCOMM_COLL_REDUCE_SCATTER | SYMCOMM_COLL_SCATTER => args.dst_offset = own,
+                        SYMCOMM_COLL_REDUCE_SCATTER
+                        | SYMCOMM_COLL_REDUCE_SCATTER_LL
+                        | SYMCOMM_COLL_SCATTER => args.dst_offset = own,
                         _ => {}
                     }
                 }
@@ -673,7 +675,13 @@ fn mixing_in_place_and_out_of_place_is_a_mismatch() {
             })
             .collect();
         // LL calls compare fingerprints in the header lines, the others in their first barrier.
-        let op = if kind == SYMCOMM_COLL_ALL_REDUCE_LL || kind == SYMCOMM_COLL_ALL_GATHER_LL {
+        let ll = [
+            SYMCOMM_COLL_ALL_REDUCE_LL,
+            SYMCOMM_COLL_ALL_GATHER_LL,
+            SYMCOMM_COLL_REDUCE_SCATTER_LL,
+            SYMCOMM_COLL_BROADCAST_LL,
+        ];
+        let op = if ll.contains(&kind) {
             SYMCOMM_OP_LL_WAIT
         } else {
             SYMCOMM_OP_BARRIER
@@ -1179,6 +1187,39 @@ fn invalid_cases() -> Vec<Invalid> {
             ..base
         },
         Invalid {
+            what: "LL reduce-scatter on a communicator without an LL area",
+            nranks: 3,
+            args: |a, _| CollArgs {
+                kind: SYMCOMM_COLL_REDUCE_SCATTER_LL,
+                ..a
+            },
+            expect: |a| refused(a, SYMCOMM_REFUSED_LL),
+            ll_lines: 0,
+            ..base
+        },
+        Invalid {
+            what: "LL broadcast on a barrier index past the LL area",
+            nranks: 2,
+            args: |a, _| CollArgs {
+                kind: SYMCOMM_COLL_BROADCAST_LL,
+                index: SYMCOMM_USER_BARRIER_END,
+                ..a
+            },
+            expect: |a| refused(a, SYMCOMM_REFUSED_LL),
+            ..base
+        },
+        Invalid {
+            what: "LL broadcast with a root out of range",
+            nranks: 3,
+            args: |a, _| CollArgs {
+                kind: SYMCOMM_COLL_BROADCAST_LL,
+                root: 3,
+                ..a
+            },
+            expect: |a| refused(a, SYMCOMM_REFUSED_ROOT),
+            ..base
+        },
+        Invalid {
             what: "LL all-reduce on a barrier index past the LL area",
             nranks: 2,
             args: |a, _| CollArgs {
@@ -1439,7 +1480,9 @@ fn ranges_past_the_window_are_refused_on_every_rank_for_every_kind() {
                                 SYMCOMM_COLL_ALL_GATHER | SYMCOMM_COLL_ALL_GATHER_LL => {
                                     a.src_offset = own;
                                 }
-                                SYMCOMM_COLL_REDUCE_SCATTER | SYMCOMM_COLL_SCATTER => {
+                                SYMCOMM_COLL_REDUCE_SCATTER
+                                | SYMCOMM_COLL_REDUCE_SCATTER_LL
+                                | SYMCOMM_COLL_SCATTER => {
                                     a.dst_offset = own;
                                 }
                                 _ => {}
@@ -1856,7 +1899,9 @@ impl Step {
             SYMCOMM_COLL_ALL_GATHER | SYMCOMM_COLL_ALL_GATHER_LL => {
                 ((0, b + r * self.count), (0, b))
             }
-            SYMCOMM_COLL_REDUCE_SCATTER | SYMCOMM_COLL_SCATTER => ((0, b), (0, b + r * self.count)),
+            SYMCOMM_COLL_REDUCE_SCATTER | SYMCOMM_COLL_REDUCE_SCATTER_LL | SYMCOMM_COLL_SCATTER => {
+                ((0, b), (0, b + r * self.count))
+            }
             _ => ((0, b), (0, b)),
         }
     }
@@ -1882,13 +1927,15 @@ fn input_value(ty: IntType, op: u32, rank: u32, step: usize, e: u64) -> u64 {
 /// equal their initial contents with every step's outputs applied.
 #[test]
 fn back_to_back_launches_of_every_kind_and_grid_shape() {
-    const KINDS: [u32; 10] = [
+    const KINDS: [u32; 12] = [
         SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT,
         SYMCOMM_COLL_ALL_GATHER_LL,
         SYMCOMM_COLL_ALL_GATHER,
+        SYMCOMM_COLL_BROADCAST_LL,
         SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT,
         SYMCOMM_COLL_BROADCAST,
         SYMCOMM_COLL_REDUCE_SCATTER,
+        SYMCOMM_COLL_REDUCE_SCATTER_LL,
         SYMCOMM_COLL_SCATTER,
         SYMCOMM_COLL_REDUCE,
         SYMCOMM_COLL_ALL_REDUCE_LL,
@@ -1996,7 +2043,7 @@ fn back_to_back_launches_of_every_kind_and_grid_shape() {
                                     out.push((at(i), red(&|p| input(p, t, i))));
                                 }
                             }
-                            SYMCOMM_COLL_REDUCE_SCATTER => {
+                            SYMCOMM_COLL_REDUCE_SCATTER | SYMCOMM_COLL_REDUCE_SCATTER_LL => {
                                 out.push((at(i), red(&|p| input(p, t, u64::from(r) * s.count + i))))
                             }
                             SYMCOMM_COLL_ALL_GATHER | SYMCOMM_COLL_ALL_GATHER_LL => {
@@ -2004,7 +2051,9 @@ fn back_to_back_launches_of_every_kind_and_grid_shape() {
                                     out.push((at(u64::from(p) * s.count + i), input(p, t, i)));
                                 }
                             }
-                            SYMCOMM_COLL_BROADCAST => out.push((at(i), input(s.root, t, i))),
+                            SYMCOMM_COLL_BROADCAST | SYMCOMM_COLL_BROADCAST_LL => {
+                                out.push((at(i), input(s.root, t, i)))
+                            }
                             SYMCOMM_COLL_SCATTER => {
                                 out.push((at(i), input(s.root, t, u64::from(r) * s.count + i)))
                             }

@@ -71,7 +71,7 @@ fn tuning_text(s: &mut String) {
     let ranks: Vec<String> = REPORT_RANKS.iter().map(u32::to_string).collect();
     let _ = writeln!(
         s,
-        "  {:<8} {:>9} {:>10} {:>7} {:>11} {:>12}   all-reduce LL up to | two-shot from | all-gather LL up to ({} ranks)",
+        "  {:<8} {:>9} {:>10} {:>7} {:>11} {:>12}   all-reduce LL up to | two-shot from ({} ranks)",
         "backend",
         "launch us",
         "barrier us",
@@ -91,7 +91,7 @@ fn tuning_text(s: &mut String) {
         };
         let _ = writeln!(
             s,
-            "  {:<8} {:>9.1} {:>10.1} {:>7.1} {:>11.1} {:>12.1}   {} | {} | {}",
+            "  {:<8} {:>9.1} {:>10.1} {:>7.1} {:>11.1} {:>12.1}   {} | {}",
             b.name(),
             p.launch_us,
             p.barrier_us,
@@ -100,8 +100,22 @@ fn tuning_text(s: &mut String) {
             p.local_gbps,
             sizes(tune::all_reduce_ll_limit),
             sizes(tune::all_reduce_crossover),
-            sizes(tune::all_gather_ll_limit)
         );
+        for (name, coll) in LL_REPORTED {
+            let limits: Vec<String> = REPORT_RANKS
+                .iter()
+                .map(|&n| {
+                    tune::ll_limit(coll, n, b).map_or_else(|| "never".to_owned(), human_bytes)
+                })
+                .collect();
+            let _ = writeln!(
+                s,
+                "  {:<8} {:>53}   {name} LL up to {}",
+                "",
+                "",
+                limits.join(" / ")
+            );
+        }
     }
 }
 
@@ -117,6 +131,13 @@ fn tuning_json() -> Value {
     }
     t
 }
+
+/// The collectives besides all-reduce with an LL algorithm, whose LL limits `symcomm info` shows.
+const LL_REPORTED: [(&str, tune::Collective); 3] = [
+    ("all-gather", tune::Collective::AllGather),
+    ("reduce-scatter", tune::Collective::ReduceScatter),
+    ("broadcast", tune::Collective::Broadcast),
+];
 
 /// The rank counts `symcomm info` shows all-reduce crossovers for.
 const REPORT_RANKS: [u32; 3] = [2, 4, 8];
@@ -136,10 +157,12 @@ fn model_report() -> Value {
                 .into_iter()
                 .map(|n| json!({ "nranks": n, "bytes": tune::all_reduce_ll_limit(n, b) }))
                 .collect();
-            let ag_ll: Vec<Value> = REPORT_RANKS
-                .into_iter()
-                .map(|n| json!({ "nranks": n, "bytes": tune::all_gather_ll_limit(n, b) }))
-                .collect();
+            let ll_of = |c| -> Vec<Value> {
+                REPORT_RANKS
+                    .into_iter()
+                    .map(|n| json!({ "nranks": n, "bytes": tune::ll_limit(c, n, b) }))
+                    .collect()
+            };
             let params = json!({
                 "launch_us": p.launch_us,
                 "barrier_us": p.barrier_us,
@@ -154,7 +177,9 @@ fn model_report() -> Value {
                     "params": params,
                     "all_reduce_ll_up_to": ll,
                     "all_reduce_two_shot_from": cross,
-                    "all_gather_ll_up_to": ag_ll,
+                    "all_gather_ll_up_to": ll_of(tune::Collective::AllGather),
+                    "reduce_scatter_ll_up_to": ll_of(tune::Collective::ReduceScatter),
+                    "broadcast_ll_up_to": ll_of(tune::Collective::Broadcast),
                 }),
             )
         })
@@ -405,6 +430,16 @@ mod tests {
             let ag = be["all_gather_ll_up_to"].as_array().unwrap();
             for (v, n) in ag.iter().zip(REPORT_RANKS) {
                 assert_eq!(v["bytes"], json!(tune::all_gather_ll_limit(n, b)));
+            }
+            for (key, c) in [
+                ("reduce_scatter_ll_up_to", tune::Collective::ReduceScatter),
+                ("broadcast_ll_up_to", tune::Collective::Broadcast),
+            ] {
+                let v = be[key].as_array().unwrap();
+                assert_eq!(v.len(), REPORT_RANKS.len(), "{key}");
+                for (v, n) in v.iter().zip(REPORT_RANKS) {
+                    assert_eq!(v["bytes"], json!(tune::ll_limit(c, n, b)), "{key}");
+                }
             }
             let ll = be["all_reduce_ll_up_to"].as_array().unwrap();
             for (v, n) in ll.iter().zip(REPORT_RANKS) {

@@ -42,7 +42,8 @@ struct Call {
 /// Whether collective kind `kind` takes a reduction operator (and runs through RunReduction).
 SYMCOMM_DEVICE bool is_reduction_kind(uint32_t kind) {
     return kind == SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT || kind == SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT ||
-           kind == SYMCOMM_COLL_ALL_REDUCE_LL || kind == SYMCOMM_COLL_REDUCE_SCATTER || kind == SYMCOMM_COLL_REDUCE;
+           kind == SYMCOMM_COLL_ALL_REDUCE_LL || kind == SYMCOMM_COLL_REDUCE_SCATTER ||
+           kind == SYMCOMM_COLL_REDUCE_SCATTER_LL || kind == SYMCOMM_COLL_REDUCE;
 }
 
 template <typename T, RedOp Op>
@@ -62,6 +63,9 @@ struct RunReduction {
             case SYMCOMM_COLL_REDUCE_SCATTER:
                 st = reduce_scatter<Op>(g, c.comm, c.scope, src, dst, c.a.count);
                 break;
+            case SYMCOMM_COLL_REDUCE_SCATTER_LL:
+                st = reduce_scatter_ll<Op>(g, c.comm, c.scope, src, dst, c.a.count);
+                break;
             default:
                 st = reduce<Op>(g, c.comm, c.scope, src, dst, c.a.count, c.a.root);
                 break;
@@ -79,6 +83,8 @@ SYMCOMM_DEVICE Status run_copy(Cta g, const Call& c) {
             return all_gather_ll(g, c.comm, c.scope, src, dst, c.a.count);
         case SYMCOMM_COLL_BROADCAST:
             return broadcast(g, c.comm, c.scope, src, dst, c.a.count, c.a.root);
+        case SYMCOMM_COLL_BROADCAST_LL:
+            return broadcast_ll(g, c.comm, c.scope, src, dst, c.a.count, c.a.root);
         case SYMCOMM_COLL_SCATTER:
             return scatter(g, c.comm, c.scope, src, dst, c.a.count, c.a.root);
         default:

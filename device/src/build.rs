@@ -34,7 +34,10 @@ use std::process::Command;
 use crate::toolchain::{self, Nvcc, NvccSearch};
 use crate::{EMU_DIR, Error, INCLUDE_DIR};
 
+mod cache;
 pub mod rust;
+
+pub use cache::CACHE_ENV;
 
 /// SASS targets of every fatbin.
 pub const SASS_ARCHS: &[&str] = &["sm_80", "sm_90"];
@@ -184,9 +187,17 @@ impl DeviceBuild {
             kernels.push(kernel_names(&text));
         }
 
+        // Every compiler run below is keyed by its inputs: the watched headers' names and
+        // contents are part of every key.
+        let cache = cache::Cache::locate(&out_dir);
+        let mut watched = cache::Key::new("headers");
+        for (path, name) in &headers {
+            watched.part(name.as_bytes()).part(read(path)?.as_bytes());
+        }
+
         // No sources, no emulator objects (an empty archive is not a valid `ar` input).
         if !self.sources.is_empty() {
-            self.compile_emulator(&out_dir)?;
+            self.compile_emulator(&out_dir, &cache, &watched)?;
         }
 
         let (nvcc, reason) = match toolchain::find_nvcc() {
@@ -208,7 +219,11 @@ impl DeviceBuild {
                 let jobs: Vec<_> = self
                     .sources
                     .iter()
-                    .map(|src| scope.spawn(|| self.compile_fatbin(nvcc, src, &out_dir)))
+                    .map(|src| {
+                        scope.spawn(|| {
+                            self.compile_fatbin(nvcc, &version, src, &out_dir, &cache, &watched)
+                        })
+                    })
                     .collect();
                 jobs.into_iter()
                     .map(|j| {
@@ -317,7 +332,15 @@ impl DeviceBuild {
         Ok(out)
     }
 
-    fn compile_emulator(&self, out_dir: &Path) -> Result<(), Error> {
+    /// The emulator archive `lib<name>_emu.a` of every source, from the cache when its key (the
+    /// compiler, its version and exact command line, the sources, the watched headers and the
+    /// emulator's own headers) is there.
+    fn compile_emulator(
+        &self,
+        out_dir: &Path,
+        cache: &cache::Cache,
+        watched: &cache::Key,
+    ) -> Result<(), Error> {
         // Each .cu is compiled through a one-line C++ wrapper so the host compiler sees C++.
         let wrap_dir = out_dir.join("emu");
         std::fs::create_dir_all(&wrap_dir).map_err(|source| Error::Io {
@@ -331,6 +354,13 @@ impl DeviceBuild {
             // Emulated kernels run millions of element operations in the tests: optimize them
             // even in debug builds.
             .opt_level(2)
+            // Line tables in every profile (not cargo's debug level): one archive then serves
+            // the debug, release and clippy builds from the cache.
+            .debug(false)
+            .flag("-g1")
+            // What the crate links beyond the archive, named here so that a cache hit can say
+            // it too (cc's choice for these targets).
+            .cpp_link_stdlib(cpp_link_stdlib())
             .define("SYMCOMM_EMU", None)
             .include(EMU_DIR)
             .flag("-include")
@@ -357,21 +387,56 @@ impl DeviceBuild {
             })?;
             build.file(&wrapper);
         }
-        build
-            .try_compile(&format!("{}_emu", self.name))
-            .map_err(|e| Error::CompileFailed {
-                tool: "host C++ compiler",
-                what: format!("emulator build of {}", self.name),
-                status: "failed".into(),
-                stderr: e.to_string(),
-            })
+        let lib = format!("{}_emu", self.name);
+        let archive = out_dir.join(format!("lib{lib}.a"));
+        let compiler = build.get_compiler();
+        let mut key = watched.clone();
+        key.part(b"emulator")
+            .part(compiler.path().as_os_str().as_encoded_bytes())
+            .part(&tool_version(compiler.path()));
+        for arg in compiler.args() {
+            key.part(arg.as_encoded_bytes());
+        }
+        for src in &self.sources {
+            key.part(src.as_os_str().as_encoded_bytes())
+                .part(read(src)?.as_bytes());
+        }
+        let mut emu_files = Vec::new();
+        walk(Path::new(EMU_DIR), Path::new(EMU_DIR), &mut emu_files)?;
+        emu_files.sort_by(|a, b| a.1.cmp(&b.1));
+        for (path, name) in &emu_files {
+            key.part(name.as_bytes()).part(read(path)?.as_bytes());
+        }
+        let key = key.finish();
+        if cache.fetch(&key, &[("archive", &archive)]) {
+            // What cc prints after compiling, for the crate to link the archive.
+            println!("cargo:rustc-link-lib=static={lib}");
+            println!("cargo:rustc-link-search=native={}", out_dir.display());
+            if let Some(stdlib) = cpp_link_stdlib() {
+                println!("cargo:rustc-link-lib={stdlib}");
+            }
+            return Ok(());
+        }
+        build.try_compile(&lib).map_err(|e| Error::CompileFailed {
+            tool: "host C++ compiler",
+            what: format!("emulator build of {}", self.name),
+            status: "failed".into(),
+            stderr: e.to_string(),
+        })?;
+        cache.store(&key, &[("archive", &archive)]);
+        Ok(())
     }
 
+    /// One source's fatbin, its ptxas report and its PTX ISA version, from the cache when its
+    /// key (nvcc, its version and command line, the source, the watched headers) is there.
     fn compile_fatbin(
         &self,
         nvcc: &Nvcc,
+        version: &str,
         src: &Path,
         out_dir: &Path,
+        cache: &cache::Cache,
+        watched: &cache::Key,
     ) -> Result<(PathBuf, Vec<PtxasEntry>, Option<String>), Error> {
         let stem = src
             .file_stem()
@@ -397,6 +462,29 @@ impl DeviceBuild {
         for dir in &self.includes {
             cmd.arg("-I").arg(dir);
         }
+        let report_path = out_dir.join(format!("{stem}.ptxas.txt"));
+        let isa_path = out_dir.join(format!("{stem}.ptx-isa"));
+        let mut key = watched.clone();
+        key.part(b"fatbin")
+            .part(nvcc.path.as_os_str().as_encoded_bytes())
+            .part(version.as_bytes());
+        for arg in cmd.get_args() {
+            key.part(arg.as_encoded_bytes());
+        }
+        key.part(src.as_os_str().as_encoded_bytes())
+            .part(read(src)?.as_bytes());
+        let key = key.finish();
+        let outputs = [
+            ("fatbin", fatbin.as_path()),
+            ("ptxas", report_path.as_path()),
+            ("isa", isa_path.as_path()),
+        ];
+        if cache.fetch(&key, &outputs) {
+            let stderr = read(&report_path)?;
+            let isa = read(&isa_path)?;
+            let isa = (!isa.is_empty()).then_some(isa);
+            return Ok((fatbin, parse_ptxas_report(&stderr), isa));
+        }
         cmd.arg("--keep").arg("--keep-dir").arg(&keep);
         cmd.arg("-o").arg(&fatbin).arg(src);
         let out = cmd.output().map_err(|source| Error::ToolStart {
@@ -413,11 +501,9 @@ impl DeviceBuild {
                 stderr,
             });
         }
-        std::fs::write(out_dir.join(format!("{stem}.ptxas.txt")), &stderr).map_err(|source| {
-            Error::Io {
-                path: out_dir.to_owned(),
-                source: source.into(),
-            }
+        std::fs::write(&report_path, &stderr).map_err(|source| Error::Io {
+            path: report_path.clone(),
+            source: source.into(),
         })?;
         let ptx_isa = std::fs::read_dir(&keep)
             .ok()
@@ -430,6 +516,13 @@ impl DeviceBuild {
                     .ok()
                     .and_then(|t| ptx_version(&t))
             });
+        std::fs::write(&isa_path, ptx_isa.as_deref().unwrap_or("")).map_err(|source| {
+            Error::Io {
+                path: isa_path.clone(),
+                source: source.into(),
+            }
+        })?;
+        cache.store(&key, &outputs);
         Ok((fatbin, parse_ptxas_report(&stderr), ptx_isa))
     }
 
@@ -693,6 +786,31 @@ fn nvcc_version(nvcc: &Nvcc) -> Result<String, Error> {
         .unwrap_or_else(|| text.lines().last().unwrap_or(""))
         .trim()
         .to_owned())
+}
+
+/// `<tool> --version`'s output (part of a cache key; empty when it cannot run, which the
+/// compile that follows then reports).
+fn tool_version(tool: &Path) -> Vec<u8> {
+    Command::new(tool)
+        .arg("--version")
+        .output()
+        .map(|o| o.stdout)
+        .unwrap_or_default()
+}
+
+/// The C++ standard library the emulator archive needs, as the `cc` crate picks it: none for
+/// MSVC, libc++ on Apple and the BSDs, libstdc++ elsewhere.
+fn cpp_link_stdlib() -> Option<&'static str> {
+    let target = std::env::var("TARGET").unwrap_or_default();
+    if target.contains("msvc") {
+        None
+    } else if target.contains("apple") || target.contains("freebsd") || target.contains("openbsd") {
+        Some("c++")
+    } else if target.contains("android") {
+        Some("c++_shared")
+    } else {
+        Some("stdc++")
+    }
 }
 
 fn number_before(text: &str, unit: &str) -> Option<u32> {

@@ -69,7 +69,8 @@ typedef unsigned long long uint64_t;
 
 /* The low-latency (LL) area. Each rank's signal array is followed, at `DevComm::ll_offset` bytes
  * from its start, by the LL area the LL collectives use (SYMCOMM_COLL_ALL_REDUCE_LL,
- * SYMCOMM_COLL_ALL_GATHER_LL): data travels in 16-byte
+ * SYMCOMM_COLL_ALL_GATHER_LL, SYMCOMM_COLL_REDUCE_SCATTER_LL, SYMCOMM_COLL_BROADCAST_LL): data
+ * travels in 16-byte
  * lines, each two 8-byte halves of (4 data bytes, 4 flag bytes) stored at once, so a reader that
  * sees the flag it waits for in a half has that half's data too, with no barrier. The area holds,
  * for every barrier index s in [0, SYMCOMM_USER_BARRIER_END):
@@ -231,8 +232,14 @@ typedef unsigned long long uint64_t;
 /** All-gather, low latency: every rank stores its input as LL lines into every peer's LL area
  *  and copies what arrives in its own into its output blocks, with no barrier (small messages). */
 #define SYMCOMM_COLL_ALL_GATHER_LL 9u
+/** Reduce-scatter, low latency: every rank stores its block q as LL lines into rank q's LL area
+ *  and reduces what arrives in its own, with no barrier (small messages). */
+#define SYMCOMM_COLL_REDUCE_SCATTER_LL 10u
+/** Broadcast, low latency: the root stores its input as LL lines into every peer's LL area, the
+ *  others copy what arrives into their output, with no barrier (small messages). */
+#define SYMCOMM_COLL_BROADCAST_LL 11u
 /** Number of collective kinds. */
-#define SYMCOMM_COLL_COUNT 10u
+#define SYMCOMM_COLL_COUNT 12u
 
 /** Grid scope: every CTA of the launch works on one buffer; CTA b uses barrier index index + b. */
 #define SYMCOMM_SCOPE_GRID 0u

@@ -101,7 +101,9 @@ struct Range {
 ///   all_gather           src[P] of every rank             -> dst[r*count + P] for every r
 ///   all_gather_ll        src[P] of every rank (via LL lines) -> dst[r*count + P] for every r
 ///   reduce_scatter       src[r*count + P] of every rank, reduced -> rank r's dst[P]
+///   reduce_scatter_ll    the same, via LL lines
 ///   broadcast            root's src[P]                    -> dst[P]
+///   broadcast_ll         the same, via LL lines
 ///   reduce               src[P] of every rank             -> root's dst[P]
 ///   scatter              root's src[r*count + P]          -> rank r's dst[P]
 ///   all_to_all           src[p*count + P] of rank r       -> dst[r*count + P] of rank p
@@ -181,11 +183,30 @@ template <RedOp Op, typename T>
 SYMCOMM_DEVICE Status reduce_scatter(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
                                      WindowSlice<T> dst, uint64_t count);
 
+/// Reduce-scatter, low latency (LL): reduce_scatter's buffers, in-place rule and results with
+/// all_reduce_ll's protocol — each CTA stores its part of block q of this rank's `src` into rank
+/// q's LL area as LL lines, then reduces every peer's lines that arrive in its own LL area with its
+/// own block into `dst`: no barrier, no reset, a fingerprint header per round, peers never touch
+/// this rank's `src` or `dst`. For small messages. Refused and failing as all_reduce_ll.
+template <RedOp Op, typename T>
+SYMCOMM_DEVICE Status reduce_scatter_ll(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                                        WindowSlice<T> dst, uint64_t count);
+
 /// Broadcast: `root`'s `src[0, count)` lands in every rank's `dst[0, count)`. In place:
 /// src.offset == dst.offset in the same window (the root then copies nothing).
 template <typename T>
 SYMCOMM_DEVICE Status broadcast(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
                                 WindowSlice<T> dst, uint64_t count, uint32_t root);
+
+/// Broadcast, low latency (LL): broadcast's buffers, in-place rule and results with
+/// all_reduce_ll's protocol — the root's CTAs store their part of its `src` into every peer's LL
+/// area as LL lines (and copy it into its own `dst` out of place); the others copy the root's
+/// lines that arrive into their `dst`. Every rank sends and checks each round's headers. No
+/// barrier, no reset; peers never touch this rank's `src` or `dst`. For small messages. Refused
+/// and failing as all_reduce_ll.
+template <typename T>
+SYMCOMM_DEVICE Status broadcast_ll(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                                   WindowSlice<T> dst, uint64_t count, uint32_t root);
 
 /// Reduce: every rank's `src[0, count)`, reduced with `Op`, lands in `root`'s `dst[0, count)`
 /// (other ranks' `dst` is untouched). In place: src.offset == dst.offset, same window.

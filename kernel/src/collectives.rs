@@ -356,6 +356,31 @@ pub fn reduce_scatter<T: Element>(
     )
 }
 
+/// Reduce-scatter, low latency: [`reduce_scatter`]'s buffers and results, with
+/// [`all_reduce_ll`]'s protocol (block q as LL lines into rank q's LL area, no barrier); for small
+/// messages (`reduce_scatter_ll` in `collectives.cuh`).
+#[inline(always)]
+pub fn reduce_scatter_ll<T: Element>(
+    _: Cta,
+    comm: &DevComm,
+    scope: CollScope,
+    src: WindowSlice<T>,
+    dst: WindowSlice<T>,
+    count: u64,
+    op: RedOp,
+) -> Status {
+    run(
+        comm,
+        abi::SYMCOMM_COLL_REDUCE_SCATTER_LL,
+        scope,
+        src,
+        dst,
+        count,
+        op as u32,
+        0,
+    )
+}
+
 /// Broadcast: root's `src[0, count)` lands in every rank's `dst[0, count)`.
 #[inline(always)]
 pub fn broadcast<T: Element>(
@@ -370,6 +395,31 @@ pub fn broadcast<T: Element>(
     run(
         comm,
         abi::SYMCOMM_COLL_BROADCAST,
+        scope,
+        src,
+        dst,
+        count,
+        0,
+        root,
+    )
+}
+
+/// Broadcast, low latency: [`broadcast`]'s buffers and results, with [`all_reduce_ll`]'s protocol
+/// (the root's LL lines into every peer's LL area, no barrier); for small messages
+/// (`broadcast_ll` in `collectives.cuh`).
+#[inline(always)]
+pub fn broadcast_ll<T: Element>(
+    _: Cta,
+    comm: &DevComm,
+    scope: CollScope,
+    src: WindowSlice<T>,
+    dst: WindowSlice<T>,
+    count: u64,
+    root: u32,
+) -> Status {
+    run(
+        comm,
+        abi::SYMCOMM_COLL_BROADCAST_LL,
         scope,
         src,
         dst,

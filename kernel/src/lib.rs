@@ -63,8 +63,8 @@ pub use arch::Dim3;
 pub use barrier::{barrier, fingerprint, grid_sync, user_fingerprint};
 pub use collectives::{
     Bf16, CollScope, Element, F16, Range, RedOp, all_gather, all_gather_ll, all_reduce_ll,
-    all_reduce_one_shot, all_reduce_two_shot, all_to_all, broadcast, cta_part, cta_scope,
-    grid_scope, reduce, reduce_scatter, scatter, two_shot_part,
+    all_reduce_one_shot, all_reduce_two_shot, all_to_all, broadcast, broadcast_ll, cta_part,
+    cta_scope, grid_scope, reduce, reduce_scatter, reduce_scatter_ll, scatter, two_shot_part,
 };
 pub use group::{Cta, Group, Thread, Warp, linear_thread_index};
 pub use memory::Scope;
@@ -121,11 +121,11 @@ pub mod prelude {
         Bf16, CollScope, Cta, DevComm, Dim3, Element, F16, Group, Range, RedOp, Scope, Status,
         Thread, Warp, WindowHandle, WindowHandleRaw, WindowSlice, abort_requested, all_gather,
         all_gather_ll, all_reduce_ll, all_reduce_one_shot, all_reduce_two_shot, all_to_all,
-        barrier, block_dim, block_idx, broadcast, cta_part, cta_scope, fingerprint, get, grid_dim,
-        grid_scope, grid_sync, linear_thread_index, put, put_with_signal, record_user_error,
-        recorded_error, reduce, reduce_scatter, scatter, semaphore_signal, semaphore_wait,
-        signal_add, signal_set, signal_wait_until, sync_threads, thread_idx, trap, two_shot_part,
-        user_fingerprint,
+        barrier, block_dim, block_idx, broadcast, broadcast_ll, cta_part, cta_scope, fingerprint,
+        get, grid_dim, grid_scope, grid_sync, linear_thread_index, put, put_with_signal,
+        record_user_error, recorded_error, reduce, reduce_scatter, reduce_scatter_ll, scatter,
+        semaphore_signal, semaphore_wait, signal_add, signal_set, signal_wait_until, sync_threads,
+        thread_idx, trap, two_shot_part, user_fingerprint,
     };
 }
 

@@ -29,7 +29,9 @@ pub(crate) fn kind_name(kind: u32) -> &'static str {
         SYMCOMM_COLL_ALL_GATHER => "all_gather",
         SYMCOMM_COLL_ALL_GATHER_LL => "all_gather_ll",
         SYMCOMM_COLL_REDUCE_SCATTER => "reduce_scatter",
+        SYMCOMM_COLL_REDUCE_SCATTER_LL => "reduce_scatter_ll",
         SYMCOMM_COLL_BROADCAST => "broadcast",
+        SYMCOMM_COLL_BROADCAST_LL => "broadcast_ll",
         SYMCOMM_COLL_REDUCE => "reduce",
         SYMCOMM_COLL_SCATTER => "scatter",
         SYMCOMM_COLL_ALL_TO_ALL => "all_to_all",
@@ -44,6 +46,7 @@ pub(crate) fn is_reduction(kind: u32) -> bool {
             | SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT
             | SYMCOMM_COLL_ALL_REDUCE_LL
             | SYMCOMM_COLL_REDUCE_SCATTER
+            | SYMCOMM_COLL_REDUCE_SCATTER_LL
             | SYMCOMM_COLL_REDUCE
     )
 }
@@ -182,7 +185,7 @@ impl Case {
             SYMCOMM_COLL_ALL_GATHER | SYMCOMM_COLL_ALL_GATHER_LL => {
                 (lay.doff + rank * self.count, lay.doff)
             }
-            SYMCOMM_COLL_REDUCE_SCATTER | SYMCOMM_COLL_SCATTER => {
+            SYMCOMM_COLL_REDUCE_SCATTER | SYMCOMM_COLL_REDUCE_SCATTER_LL | SYMCOMM_COLL_SCATTER => {
                 (lay.soff, lay.soff + rank * self.count)
             }
             _ => (lay.soff, lay.doff),
@@ -371,7 +374,7 @@ pub(crate) fn exec_case<R: Ranks>(
                             set(i, reduced(red[t as usize][i as usize]));
                         }
                     }
-                    SYMCOMM_COLL_REDUCE_SCATTER => {
+                    SYMCOMM_COLL_REDUCE_SCATTER | SYMCOMM_COLL_REDUCE_SCATTER_LL => {
                         set(i, reduced(red[t as usize][(ru * count + i) as usize]));
                     }
                     SYMCOMM_COLL_ALL_GATHER | SYMCOMM_COLL_ALL_GATHER_LL => {
@@ -379,7 +382,9 @@ pub(crate) fn exec_case<R: Ranks>(
                             set(u64::from(p) * count + i, Ok(bits(p, t, i)));
                         }
                     }
-                    SYMCOMM_COLL_BROADCAST => set(i, Ok(bits(c.root, t, i))),
+                    SYMCOMM_COLL_BROADCAST | SYMCOMM_COLL_BROADCAST_LL => {
+                        set(i, Ok(bits(c.root, t, i)))
+                    }
                     SYMCOMM_COLL_SCATTER => set(i, Ok(bits(c.root, t, ru * count + i))),
                     _ => {
                         for p in 0..n {

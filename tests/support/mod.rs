@@ -90,7 +90,7 @@ pub(crate) fn try_with_ranks_on<T: Send>(
 }
 
 /// Every collective kind, in code order.
-pub(crate) const KINDS: [u32; 10] = [
+pub(crate) const KINDS: [u32; 12] = [
     SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT,
     SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT,
     SYMCOMM_COLL_ALL_GATHER,
@@ -101,6 +101,8 @@ pub(crate) const KINDS: [u32; 10] = [
     SYMCOMM_COLL_ALL_TO_ALL,
     SYMCOMM_COLL_ALL_REDUCE_LL,
     SYMCOMM_COLL_ALL_GATHER_LL,
+    SYMCOMM_COLL_REDUCE_SCATTER_LL,
+    SYMCOMM_COLL_BROADCAST_LL,
 ];
 
 /// Elements of input and output per rank of collective `kind` on `n` ranks, in units of
@@ -108,7 +110,9 @@ pub(crate) const KINDS: [u32; 10] = [
 pub(crate) fn blocks(kind: u32, n: u64) -> (u64, u64) {
     match kind {
         SYMCOMM_COLL_ALL_GATHER | SYMCOMM_COLL_ALL_GATHER_LL => (1, n),
-        SYMCOMM_COLL_REDUCE_SCATTER | SYMCOMM_COLL_SCATTER => (n, 1),
+        SYMCOMM_COLL_REDUCE_SCATTER | SYMCOMM_COLL_REDUCE_SCATTER_LL | SYMCOMM_COLL_SCATTER => {
+            (n, 1)
+        }
         SYMCOMM_COLL_ALL_TO_ALL => (n, n),
         _ => (1, 1),
     }

@@ -60,7 +60,8 @@ struct Args {
 const char* kind_name(uint32_t kind) {
     static const char* const names[] = {"all_reduce_one_shot", "all_reduce_two_shot", "all_gather", "reduce_scatter",
                                         "broadcast",           "reduce",              "scatter",    "all_to_all",
-                                        "all_reduce_ll",       "all_gather_ll"};
+                                        "all_reduce_ll",       "all_gather_ll",       "reduce_scatter_ll",
+                                        "broadcast_ll"};
     return kind < SYMCOMM_COLL_COUNT ? names[kind] : "?";
 }
 
@@ -71,14 +72,17 @@ const char* op_name(uint32_t op) {
 
 bool is_reduction(uint32_t kind) {
     return kind == SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT || kind == SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT ||
-           kind == SYMCOMM_COLL_ALL_REDUCE_LL || kind == SYMCOMM_COLL_REDUCE_SCATTER || kind == SYMCOMM_COLL_REDUCE;
+           kind == SYMCOMM_COLL_ALL_REDUCE_LL || kind == SYMCOMM_COLL_REDUCE_SCATTER ||
+           kind == SYMCOMM_COLL_REDUCE_SCATTER_LL || kind == SYMCOMM_COLL_REDUCE;
 }
 
 /// Input and output sizes of a rank, in blocks of `count` elements.
 void blocks(uint32_t kind, uint64_t n, uint64_t& in, uint64_t& out) {
     in = out = 1;
     if (kind == SYMCOMM_COLL_ALL_GATHER || kind == SYMCOMM_COLL_ALL_GATHER_LL) out = n;
-    if (kind == SYMCOMM_COLL_REDUCE_SCATTER || kind == SYMCOMM_COLL_SCATTER) in = n;
+    if (kind == SYMCOMM_COLL_REDUCE_SCATTER || kind == SYMCOMM_COLL_REDUCE_SCATTER_LL ||
+        kind == SYMCOMM_COLL_SCATTER)
+        in = n;
     if (kind == SYMCOMM_COLL_ALL_TO_ALL) in = out = n;
 }
 
@@ -160,7 +164,9 @@ struct Case {
         d = in_place ? sshift : dshift;
         if (!in_place) return;
         if (kind == SYMCOMM_COLL_ALL_GATHER || kind == SYMCOMM_COLL_ALL_GATHER_LL) s = d + r * count;
-        if (kind == SYMCOMM_COLL_REDUCE_SCATTER || kind == SYMCOMM_COLL_SCATTER) d = s + r * count;
+        if (kind == SYMCOMM_COLL_REDUCE_SCATTER || kind == SYMCOMM_COLL_REDUCE_SCATTER_LL ||
+            kind == SYMCOMM_COLL_SCATTER)
+            d = s + r * count;
     }
     std::string label(uint32_t nranks) const {
         char b[256];
@@ -199,8 +205,8 @@ std::vector<Case> cases(uint32_t nranks) {
                         c.sshift = shifts[(rot + kind) % 4][0];
                         c.dshift = shifts[(rot + kind) % 4][1];
                         c.op = is_reduction(kind) ? (i + pass) % SYMCOMM_REDOP_COUNT : 0;
-                        const bool rooted = kind == SYMCOMM_COLL_BROADCAST || kind == SYMCOMM_COLL_REDUCE ||
-                                            kind == SYMCOMM_COLL_SCATTER;
+                        const bool rooted = kind == SYMCOMM_COLL_BROADCAST || kind == SYMCOMM_COLL_BROADCAST_LL ||
+                                            kind == SYMCOMM_COLL_REDUCE || kind == SYMCOMM_COLL_SCATTER;
                         c.root = rooted ? (i / 2 + pass) % nranks : 0;
                         c.index = (i % 3) * 2;
                         c.threads = kThreads[(i / 2 + pass) % 2];
@@ -276,12 +282,14 @@ void run_case(Team& team, uint32_t r, const Case& c) {
                 case SYMCOMM_COLL_REDUCE:
                     if (r == c.root) put(t, i, red(t, i));
                     break;
-                case SYMCOMM_COLL_REDUCE_SCATTER: put(t, i, red(t, r * c.count + i)); break;
+                case SYMCOMM_COLL_REDUCE_SCATTER:
+                case SYMCOMM_COLL_REDUCE_SCATTER_LL: put(t, i, red(t, r * c.count + i)); break;
                 case SYMCOMM_COLL_ALL_GATHER:
                 case SYMCOMM_COLL_ALL_GATHER_LL:
                     for (uint32_t p = 0; p < n; ++p) put(t, p * c.count + i, in_of(p, t, i));
                     break;
-                case SYMCOMM_COLL_BROADCAST: put(t, i, in_of(c.root, t, i)); break;
+                case SYMCOMM_COLL_BROADCAST:
+                case SYMCOMM_COLL_BROADCAST_LL: put(t, i, in_of(c.root, t, i)); break;
                 case SYMCOMM_COLL_SCATTER: put(t, i, in_of(c.root, t, r * c.count + i)); break;
                 default:
                     for (uint32_t p = 0; p < n; ++p) put(t, p * c.count + i, in_of(p, t, r * c.count + i));

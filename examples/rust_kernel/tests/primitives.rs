@@ -822,7 +822,9 @@ const SCATTER: u32 = 6;
 const ALL_TO_ALL: u32 = 7;
 const ALL_REDUCE_LL: u32 = 8;
 const ALL_GATHER_LL: u32 = 9;
-const KIND_NAMES: [&str; 10] = [
+const REDUCE_SCATTER_LL: u32 = 10;
+const BROADCAST_LL: u32 = 11;
+const KIND_NAMES: [&str; 12] = [
     "all_reduce_one_shot",
     "all_reduce_two_shot",
     "all_gather",
@@ -833,6 +835,8 @@ const KIND_NAMES: [&str; 10] = [
     "all_to_all",
     "all_reduce_ll",
     "all_gather_ll",
+    "reduce_scatter_ll",
+    "broadcast_ll",
 ];
 const SUM: u32 = 0;
 const PROD: u32 = 1;
@@ -852,7 +856,7 @@ struct Case {
 /// Element j of rank r's input: small integers, so every reduction is exact in every type.
 fn input<T: El>(case: &Case, r: u32, j: usize) -> i128 {
     let (r, j) = (i128::from(r), j as i128);
-    if case.op == PROD && matches!(case.kind, 0 | 1 | 3 | 5 | 8) {
+    if case.op == PROD && matches!(case.kind, 0 | 1 | 3 | 5 | 8 | 10) {
         return (j + 2 * r) % 3 + 1;
     }
     let small = (j * 7 + r * 13) % 41;
@@ -897,12 +901,12 @@ fn coll_case<T: El>(
     } else {
         match case.kind {
             ALL_GATHER | ALL_GATHER_LL => (5 + mu * c, 5),
-            REDUCE_SCATTER | SCATTER => (5, 5 + mu * c),
+            REDUCE_SCATTER | REDUCE_SCATTER_LL | SCATTER => (5, 5 + mu * c),
             _ => (5, 5),
         }
     };
     let extent = match case.kind {
-        REDUCE_SCATTER | SCATTER | ALL_TO_ALL => nn * c,
+        REDUCE_SCATTER | REDUCE_SCATTER_LL | SCATTER | ALL_TO_ALL => nn * c,
         _ => c,
     };
     let mut sw = vec![T::canary(); len];
@@ -933,8 +937,10 @@ fn coll_case<T: El>(
             ALL_GATHER | ALL_GATHER_LL => {
                 (0..nn).for_each(|r| (0..c).for_each(|i| dst[d_o + r * c + i] = val(r as u32, i)))
             }
-            REDUCE_SCATTER => (0..c).for_each(|i| dst[d_o + i] = red(mu * c + i)),
-            BROADCAST => (0..c).for_each(|i| dst[d_o + i] = val(case.root, i)),
+            REDUCE_SCATTER | REDUCE_SCATTER_LL => {
+                (0..c).for_each(|i| dst[d_o + i] = red(mu * c + i))
+            }
+            BROADCAST | BROADCAST_LL => (0..c).for_each(|i| dst[d_o + i] = val(case.root, i)),
             REDUCE if me == case.root => (0..c).for_each(|i| dst[d_o + i] = red(i)),
             REDUCE => {}
             SCATTER => (0..c).for_each(|i| dst[d_o + i] = val(case.root, mu * c + i)),
@@ -1006,8 +1012,8 @@ fn coll_cases<T: El>(comm: &Communicator, s: &Stream, counts: &[usize], ops: &[u
     let mut bad = 0;
     let mut k = 0u32;
     for &count in counts {
-        for kind in 0..10u32 {
-            let reducing = matches!(kind, 0 | 1 | 3 | 5 | 8);
+        for kind in 0..12u32 {
+            let reducing = matches!(kind, 0 | 1 | 3 | 5 | 8 | 10);
             let kind_ops: &[u32] = if reducing { ops } else { &[SUM] };
             for &op in kind_ops {
                 for in_place in [false, true] {

@@ -293,10 +293,12 @@ SYMCOMM_DEVICE uint64_t ll_take_rounds(Cta g, const DevComm& comm, uint32_t slot
 }
 
 /// The sending half of LL round `epoch` for the calling CTA: lines [first, first + nl) of this
-/// rank's `elems` elements at `in` (Word8<T>::N per line; `aligned`: `in` is 8-byte aligned) into
-/// every peer's region for this rank, the regions' header lines (fingerprint `fp`), then the wait
-/// for every peer's header of this round in this rank's area (Mismatch on another fingerprint).
-/// The CTA's common status: on Ok every peer runs this round of the same call.
+/// rank's `elems` elements for peer q at `in + q * stride` (Word8<T>::N per line; `aligned`: every
+/// such address is 8-byte aligned; stride 0: the same elements to every peer) into every peer's
+/// region for this rank, the regions' header lines (fingerprint `fp`), then the wait for every
+/// peer's header of this round in this rank's area (Mismatch on another fingerprint). nl = 0 sends
+/// the headers alone (a rank with nothing to send still takes part in the round). The CTA's common
+/// status: on Ok every peer runs this round of the same call.
 ///
 /// Reuse of a buffer: round e + 2 writes the buffer of round e. A rank writes it after its round
 /// e + 1 ended (the CTA's last vote of the round, after its receiving half read every rank's lines
@@ -304,16 +306,21 @@ SYMCOMM_DEVICE uint64_t ll_take_rounds(Cta g, const DevComm& comm, uint32_t slot
 /// every line of round e. So nobody still reads a line that a round overwrites.
 template <typename T>
 SYMCOMM_DEVICE Status ll_send_round(Cta g, const DevComm& comm, uint32_t slot, uint64_t epoch, uint32_t fp,
-                                    const T* in, uint64_t elems, uint64_t first, uint64_t nl, bool aligned) {
+                                    const T* in, uint64_t stride, uint64_t elems, uint64_t first, uint64_t nl,
+                                    bool aligned) {
     constexpr uint32_t E = Word8<T>::N;
     const uint32_t n = comm.nranks, r = comm.rank;
     const uint32_t flag = ll_flag(epoch);
     for (uint64_t j = g.thread_rank(); j < nl; j += g.size()) {
         const uint64_t at = (first + j) * E;
         const uint32_t m = uint32_t(min_u64(elems - at, E));
-        const Word8<T> v = ll_gather(in + at, m, aligned && m == E);
+        const bool whole = aligned && m == E;
+        // The first peer's line (the only one to load when stride is 0).
+        const uint32_t q1 = r + 1u < n ? r + 1u : 0u;
+        Word8<T> v = ll_gather(in + uint64_t(q1) * stride + at, m, whole);
         for (uint32_t d = 1; d < n; ++d) {
             const uint32_t q = r + d < n ? r + d : r + d - n;
+            if (stride != 0 && d > 1) v = ll_gather(in + uint64_t(q) * stride + at, m, whole);
             ll_put(ll_region(comm, q, slot, epoch, r) + 1u + j, v.w[0], v.w[1], flag);
         }
     }
@@ -371,7 +378,7 @@ SYMCOMM_DEVICE Status all_reduce_ll(Cta g, const DevComm& comm, CollScope scope,
         const uint32_t flag = ll_flag(epoch);
         const uint64_t first = k * per_round;
         const uint64_t nl = min_u64(lines - first, per_round);
-        Status s = ll_send_round(g, comm, slot, epoch, fp, in, elems, first, nl, aligned);
+        Status s = ll_send_round(g, comm, slot, epoch, fp, in, 0, elems, first, nl, aligned);
         if (s != Status::Ok) return s;
         // Receive: every rank's line, in rank order (this rank's from its own input).
         for (uint64_t j = g.thread_rank(); j < nl && s == Status::Ok; j += g.size()) {
@@ -432,7 +439,7 @@ SYMCOMM_DEVICE Status all_gather_ll(Cta g, const DevComm& comm, CollScope scope,
         const uint32_t flag = ll_flag(epoch);
         const uint64_t first = k * per_round;
         const uint64_t nl = min_u64(lines - first, per_round);
-        Status s = ll_send_round(g, comm, slot, epoch, fp, in, elems, first, nl, in_aligned);
+        Status s = ll_send_round(g, comm, slot, epoch, fp, in, 0, elems, first, nl, in_aligned);
         if (s != Status::Ok) return s;
         // Receive: every peer's line into its block (in place, this rank's block holds its input
         // already; out of place it is copied from the input).
@@ -450,6 +457,125 @@ SYMCOMM_DEVICE Status all_gather_ll(Cta g, const DevComm& comm, CollScope scope,
                     if (s != Status::Ok) break;
                 }
                 ll_scatter(out + at, v, m, m == E && (reinterpret_cast<uint64_t>(out) & 7u) == 0);
+            }
+        }
+        s = group_status(g, s);
+        if (s != Status::Ok) return s;
+    }
+    return Status::Ok;
+}
+
+template <RedOp Op, typename T>
+SYMCOMM_DEVICE Status reduce_scatter_ll(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                                        WindowSlice<T> dst, uint64_t count) {
+    using namespace detail;
+    const uint32_t kind = SYMCOMM_COLL_REDUCE_SCATTER_LL;
+    const uint32_t n = comm.nranks, r = comm.rank;
+    if (const uint32_t why = window_check(comm, src, n, dst, 1, count)) return refuse(g, comm, kind, why);
+    const bool in_place = same_window(src, dst) && dst.offset == src.offset + uint64_t(r) * count;
+    if (!in_place && overlaps(src, count * n, dst, count)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
+    const Part part = part_of(scope, 0, count, Pack16<T>::N);
+    if (comm.ll_lines < 2 || part.slot >= SYMCOMM_USER_BARRIER_END) return refuse(g, comm, kind, SYMCOMM_REFUSED_LL);
+    const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, 0, in_place);
+    const uint32_t slot = part.slot;
+    constexpr uint32_t E = Word8<T>::N;
+    const uint64_t per_round = comm.ll_lines - 1u;
+    const uint64_t elems = part.hi - part.lo;
+    const uint64_t lines = (elems + E - 1u) / E;
+    const uint64_t rounds = (lines + per_round - 1u) / per_round;
+    // Block q of this CTA's part at in + q * count: sent to rank q; this rank's own at mine.
+    const T* in = src.local_ptr(part.lo);
+    const T* mine = in + uint64_t(r) * count;
+    T* out = dst.local_ptr(part.lo);
+    const bool aligned =
+        ((reinterpret_cast<uint64_t>(in) | reinterpret_cast<uint64_t>(out) | (count * sizeof(T))) & 7u) == 0;
+    const uint64_t e0 = ll_take_rounds(g, comm, slot, rounds);
+    for (uint64_t k = 0; k < rounds; ++k) {
+        const uint64_t epoch = e0 + 1u + k;
+        const uint32_t flag = ll_flag(epoch);
+        const uint64_t first = k * per_round;
+        const uint64_t nl = min_u64(lines - first, per_round);
+        Status s = ll_send_round(g, comm, slot, epoch, fp, in, count, elems, first, nl, aligned);
+        if (s != Status::Ok) return s;
+        // Receive: every rank's line of this rank's block, reduced in rank order (this rank's
+        // from its own input), as all_reduce_ll.
+        for (uint64_t j = g.thread_rank(); j < nl && s == Status::Ok; j += g.size()) {
+            const uint64_t at = (first + j) * E;
+            const uint32_t m = uint32_t(min_u64(elems - at, E));
+            const bool whole = aligned && m == E;
+            Accumulator<T, Op> acc[E];
+            for (uint32_t p = 0; p < n && s == Status::Ok; ++p) {
+                Word8<T> v;
+                if (p == r) {
+                    v = ll_gather(mine + at, m, whole);
+                } else {
+                    s = ll_receive(comm, slot, epoch, flag, p, j, v);
+                }
+                for (uint32_t x = 0; x < E; ++x) {
+                    if (p == 0) {
+                        acc[x].first(v.e[x]);
+                    } else {
+                        acc[x].add(v.e[x]);
+                    }
+                }
+            }
+            if (s != Status::Ok) break;
+            Word8<T> res;
+            for (uint32_t x = 0; x < E; ++x) res.e[x] = acc[x].result(n);
+            ll_scatter(out + at, res, m, whole);
+        }
+        s = group_status(g, s);
+        if (s != Status::Ok) return s;
+    }
+    return Status::Ok;
+}
+
+template <typename T>
+SYMCOMM_DEVICE Status broadcast_ll(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                                   WindowSlice<T> dst, uint64_t count, uint32_t root) {
+    using namespace detail;
+    const uint32_t kind = SYMCOMM_COLL_BROADCAST_LL;
+    const uint32_t r = comm.rank;
+    if (const uint32_t why = window_check(comm, src, 1, dst, 1, count)) return refuse(g, comm, kind, why);
+    if (root >= comm.nranks) return refuse(g, comm, kind, SYMCOMM_REFUSED_ROOT);
+    const bool in_place = same_window(src, dst) && src.offset == dst.offset;
+    if (!in_place && overlaps(src, count, dst, count)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
+    const Part part = part_of(scope, 0, count, Pack16<T>::N);
+    if (comm.ll_lines < 2 || part.slot >= SYMCOMM_USER_BARRIER_END) return refuse(g, comm, kind, SYMCOMM_REFUSED_LL);
+    const uint32_t fp = coll_fingerprint<T>(kind, 0, count, root, in_place);
+    const uint32_t slot = part.slot;
+    constexpr uint32_t E = Word8<T>::N;
+    const uint64_t per_round = comm.ll_lines - 1u;
+    const uint64_t elems = part.hi - part.lo;
+    const uint64_t lines = (elems + E - 1u) / E;
+    const uint64_t rounds = (lines + per_round - 1u) / per_round;
+    const T* in = src.local_ptr(part.lo);
+    T* out = dst.local_ptr(part.lo);
+    const bool aligned = ((reinterpret_cast<uint64_t>(in) | reinterpret_cast<uint64_t>(out)) & 7u) == 0;
+    const uint64_t e0 = ll_take_rounds(g, comm, slot, rounds);
+    for (uint64_t k = 0; k < rounds; ++k) {
+        const uint64_t epoch = e0 + 1u + k;
+        const uint32_t flag = ll_flag(epoch);
+        const uint64_t first = k * per_round;
+        const uint64_t nl = min_u64(lines - first, per_round);
+        // Only the root sends lines; every rank sends and checks the round's headers (the
+        // buffer reuse argument of ll_send_round needs every rank's).
+        Status s = ll_send_round(g, comm, slot, epoch, fp, in, 0, elems, first, r == root ? nl : 0u, aligned);
+        if (s != Status::Ok) return s;
+        // Receive: the root's line (the root copies its input, out of place).
+        if (r != root || !in_place) {
+            for (uint64_t j = g.thread_rank(); j < nl && s == Status::Ok; j += g.size()) {
+                const uint64_t at = (first + j) * E;
+                const uint32_t m = uint32_t(min_u64(elems - at, E));
+                const bool whole = aligned && m == E;
+                Word8<T> v;
+                if (r == root) {
+                    v = ll_gather(in + at, m, whole);
+                } else {
+                    s = ll_receive(comm, slot, epoch, flag, root, j, v);
+                    if (s != Status::Ok) break;
+                }
+                ll_scatter(out + at, v, m, whole);
             }
         }
         s = group_status(g, s);

@@ -587,6 +587,8 @@ fn collective<T: Element>(comm: &DevComm, c: Coll) -> u64 {
         7 => all_to_all(Cta, comm, sc, src, dst, n),
         8 => all_reduce_ll(Cta, comm, sc, src, dst, n, op),
         9 => all_gather_ll(Cta, comm, sc, src, dst, n),
+        10 => reduce_scatter_ll(Cta, comm, sc, src, dst, n, op),
+        11 => broadcast_ll(Cta, comm, sc, src, dst, n, c.root),
         _ => return RK_BAD_ARGS,
     };
     u64::from(s.code())
