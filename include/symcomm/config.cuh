@@ -33,6 +33,17 @@
 #define SYMCOMM_DEVICE_NOINLINE __device__ __noinline__
 #endif
 
+/// `SYMCOMM_UNROLL` before a loop with a trip count known at compile time: `#pragma unroll` under
+/// nvcc / NVRTC (so that an array indexed by the loop variable stays in registers), nothing in
+/// emulator builds (the host compiler would warn about an unknown pragma).
+#if !defined(SYMCOMM_UNROLL)
+#if defined(SYMCOMM_EMU)
+#define SYMCOMM_UNROLL
+#else
+#define SYMCOMM_UNROLL _Pragma("unroll")
+#endif
+#endif
+
 /// Marks a kernel for the emulator: generates the `symcomm_emu_entry_<name>` entry point through
 /// which the emulator runtime calls it with cuLaunchKernel-style `void** args`. Expands to nothing
 /// under nvcc / NVRTC. Write it once after each `extern "C" __global__` kernel definition.

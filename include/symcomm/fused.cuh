@@ -25,21 +25,13 @@
 // with Status::Mismatch instead of reading garbage.
 #pragma once
 
+#include <symcomm/collectives.cuh>
 #include <symcomm/group.cuh>
 #include <symcomm/reduce.cuh>
 #include <symcomm/types.cuh>
 #include <symcomm/window.cuh>
 
-/// `SYMCOMM_UNROLL` before a loop with a trip count known at compile time: `#pragma unroll` under
-/// nvcc / NVRTC (so that an array indexed by the loop variable stays in registers), nothing in
-/// emulator builds (the host compiler would warn about an unknown pragma).
-#if !defined(SYMCOMM_UNROLL)
-#if defined(SYMCOMM_EMU)
-#define SYMCOMM_UNROLL
-#else
-#define SYMCOMM_UNROLL _Pragma("unroll")
-#endif
-#endif
+// SYMCOMM_UNROLL is defined in <symcomm/config.cuh>.
 
 namespace symcomm {
 
@@ -51,7 +43,8 @@ namespace symcomm {
 ///
 /// Who calls: any thread, for its own pack. Pre: `src.peer_ptr(p, 0)` is 16-byte aligned
 /// (pack_aligned) and inside the window for every rank p; the inputs were made visible by a
-/// barrier (or a signal wait) after every rank wrote them. Plain loads: they order nothing.
+/// barrier (or a signal wait) after every rank wrote them. Plain loads: they order nothing. With
+/// 2, 4 or 8 ranks every rank's load is issued before the first combine (all in flight at once).
 template <RedOp Op, typename T>
 SYMCOMM_DEVICE PackAccumulator<T, Op> reduce_pack_peers(WindowSlice<T> src);
 

@@ -85,15 +85,44 @@ SYMCOMM_DEVICE void store_item(T* p, const Pack16<T>& v, bool is_pack) {
     }
 }
 
+/// The pack at `index` of ranks 0..K-1's copies of `src`: all K loads issued before the first
+/// combine (K x 16 bytes in flight per thread; a compile-time K keeps them in registers), then
+/// folded in rank order, so the bits are those of the one-at-a-time loop.
+template <typename T, RedOp Op, uint32_t K>
+SYMCOMM_DEVICE PackAccumulator<T, Op> fold_peer_packs(const WindowHandle<T>& src, uint64_t index) {
+    Pack16<T> v[K];
+    SYMCOMM_UNROLL
+    for (uint32_t p = 0; p < K; ++p) v[p] = load_pack(src.peer_ptr(p, index));
+    PackAccumulator<T, Op> acc;
+    acc.first(v[0]);
+    SYMCOMM_UNROLL
+    for (uint32_t p = 1; p < K; ++p) acc.add(v[p]);
+    return acc;
+}
+
+/// The pack at `index` of every one of the `n` ranks' copies of `src`, folded in rank order:
+/// specialized for 2, 4 and 8 ranks (every load in flight at once), one load at a time otherwise.
+template <typename T, RedOp Op>
+SYMCOMM_DEVICE PackAccumulator<T, Op> peer_packs(const WindowHandle<T>& src, uint64_t index, uint32_t n) {
+    switch (n) {
+        case 2: return fold_peer_packs<T, Op, 2>(src, index);
+        case 4: return fold_peer_packs<T, Op, 4>(src, index);
+        case 8: return fold_peer_packs<T, Op, 8>(src, index);
+        default: break;
+    }
+    PackAccumulator<T, Op> acc;
+    acc.first(load_pack(src.peer_ptr(0, index)));
+    for (uint32_t p = 1; p < n; ++p) acc.add(load_pack(src.peer_ptr(p, index)));
+    return acc;
+}
+
 /// Reduces item `index` (element or pack) of every rank's copy of `src`, peers in rank order.
 /// Takes the window and an absolute index rather than a slice: this is the collectives' only
 /// out-of-line call, and a (handle, index) pair keeps its arguments in the registers the callers
 /// already hold (a slice costs two more registers in some sm_80 kernels).
 template <typename T, RedOp Op>
 SYMCOMM_DEVICE_NOINLINE Pack16<T> reduce_item(const WindowHandle<T>& src, uint64_t index, uint32_t n, bool is_pack) {
-    if (is_pack) {
-        return reduce_packs_from<T, Op>(n, n, [&](uint32_t p) { return load_pack(src.peer_ptr(p, index)); });
-    }
+    if (is_pack) return peer_packs<T, Op>(src, index, n).result(n);
     Accumulator<T, Op> acc;
     acc.first(*src.peer_ptr(0, index));
     for (uint32_t p = 1; p < n; ++p) acc.add(*src.peer_ptr(p, index));

@@ -5,10 +5,7 @@ namespace symcomm {
 
 template <RedOp Op, typename T>
 SYMCOMM_DEVICE PackAccumulator<T, Op> reduce_pack_peers(WindowSlice<T> src) {
-    PackAccumulator<T, Op> acc;
-    acc.first(load_pack(src.peer_ptr(0, 0)));
-    for (uint32_t p = 1; p < src.nranks(); ++p) acc.add(load_pack(src.peer_ptr(p, 0)));
-    return acc;
+    return detail::peer_packs<T, Op>(src.window, src.offset, src.nranks());
 }
 
 template <RedOp Op, typename A>

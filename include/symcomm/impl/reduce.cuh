@@ -2,12 +2,6 @@
 // in impl/reduce_ptx.cuh and impl/reduce_emu.cuh (chosen at the end of this file).
 #pragma once
 
-#if defined(SYMCOMM_EMU)
-#define SYMCOMM_REDUCE_UNROLL_
-#else
-#define SYMCOMM_REDUCE_UNROLL_ _Pragma("unroll")
-#endif
-
 namespace symcomm {
 
 SYMCOMM_DEVICE constexpr bool redop_valid(uint32_t code) { return code < SYMCOMM_REDOP_COUNT; }
@@ -132,20 +126,20 @@ SYMCOMM_DEVICE bool pack_aligned(const void* p) { return (reinterpret_cast<uint6
 
 template <typename T, RedOp Op>
 SYMCOMM_DEVICE void PackAccumulator<T, Op>::first(const Pack16<T>& p) {
-    SYMCOMM_REDUCE_UNROLL_
+    SYMCOMM_UNROLL
     for (uint32_t i = 0; i < N; ++i) a[i].first(p.e[i]);
 }
 
 template <typename T, RedOp Op>
 SYMCOMM_DEVICE void PackAccumulator<T, Op>::add(const Pack16<T>& p) {
-    SYMCOMM_REDUCE_UNROLL_
+    SYMCOMM_UNROLL
     for (uint32_t i = 0; i < N; ++i) a[i].add(p.e[i]);
 }
 
 template <typename T, RedOp Op>
 SYMCOMM_DEVICE Pack16<T> PackAccumulator<T, Op>::result(uint32_t nranks) const {
     Pack16<T> r;
-    SYMCOMM_REDUCE_UNROLL_
+    SYMCOMM_UNROLL
     for (uint32_t i = 0; i < N; ++i) r.e[i] = a[i].result(nranks);
     return r;
 }
@@ -154,7 +148,7 @@ template <typename T, RedOp Op>
 SYMCOMM_DEVICE Pack16<T> reduce_packs(const Pack16<T>* packs, uint32_t k, uint32_t nranks) {
     PackAccumulator<T, Op> acc;
     acc.first(packs[0]);
-    SYMCOMM_REDUCE_UNROLL_
+    SYMCOMM_UNROLL
     for (uint32_t j = 1; j < k; ++j) acc.add(packs[j]);
     return acc.result(nranks);
 }
@@ -203,8 +197,6 @@ SYMCOMM_DEVICE bool dispatch(DataType dt, RedOp op, Args&&... args) {
 }
 
 }  // namespace symcomm
-
-#undef SYMCOMM_REDUCE_UNROLL_
 
 #if defined(SYMCOMM_EMU)
 #include <symcomm/impl/reduce_emu.cuh>
