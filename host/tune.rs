@@ -654,6 +654,18 @@ pub fn base_threads(backend: BackendKind) -> u32 {
     }
 }
 
+/// Channels of send/recv's staging layout on `backend` (`P2pArgs::channels`): every one of
+/// SYMCOMM_P2P_CHANNELS on CUDA (up to that many CTAs per message, each with two pieces in
+/// flight), one on the emulator, where each CTA is an OS thread and more channels only mean more
+/// handshakes (`symcomm perf sendrecv -t 4`, 512 KiB: 50 ms a call with 8 channels, 6–9 ms with
+/// one, as with the single unpipelined chunk before channels came).
+pub fn p2p_channels(backend: BackendKind) -> u32 {
+    match backend {
+        BackendKind::Cuda => symcomm_device::abi::SYMCOMM_P2P_CHANNELS,
+        BackendKind::Emu => 1,
+    }
+}
+
 /// Threads per CTA of the built-in collective kernel: [`base_threads`], raised to `nranks`
 /// rounded up to a warp (in-place all-to-all needs a thread per rank), at most
 /// [`MAX_CTA_THREADS`].

@@ -264,6 +264,59 @@ fn send_recv_rings_self_sends_and_multi_chunk_messages() {
     }
 }
 
+/// Send/recv with a GPU's launch geometry (CTAs of 512 threads, the staging window cut into
+/// SYMCOMM_P2P_CHANNELS channels, several CTAs per operation): a ring plus a self-send, then the
+/// ring in place, each twice (the channels' counters continue), with messages of one element,
+/// of a few pieces (fewer channels than 8) and of many pieces per channel, bit-exact.
+#[test]
+fn send_recv_on_several_channels_and_ctas_per_operation() {
+    let options = CommOptions::default()
+        .with_device_timeout(Duration::from_secs(60))
+        .with_emu_cuda_geometry(true);
+    with_ranks_using(3, &options, |comm| {
+        let s = comm.create_stream().unwrap();
+        let (me, n) = (comm.rank(), comm.nranks());
+        let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+        // 4 MiB / 3 ranks: 1.33 MiB regions, 8 channels of two 85 KiB pieces.
+        for count in [1usize, 70_001, 1_000_003] {
+            for round in 0..2u32 {
+                let value =
+                    |r: u32, i: usize| (r << 24) ^ round ^ (i as u32).wrapping_mul(2_246_822_519);
+                let inp = comm.alloc_buffer(count * 4).unwrap();
+                let out = comm.alloc_buffer(count * 4).unwrap();
+                let back = comm.alloc_buffer(count * 4).unwrap();
+                let mine: Vec<u32> = (0..count).map(|i| value(me, i)).collect();
+                inp.write(0, &mine).unwrap();
+                comm.group(&s, |g| {
+                    g.send(&inp, count, DataType::U32, next)?;
+                    g.recv(&out, count, DataType::U32, prev)?;
+                    g.send(&inp, count, DataType::U32, me)?;
+                    g.recv(&back, count, DataType::U32, me)
+                })
+                .unwrap();
+                // In place: `inp` becomes prev's data.
+                comm.group(&s, |g| {
+                    g.send(&inp, count, DataType::U32, next)?;
+                    g.recv(&inp, count, DataType::U32, prev)
+                })
+                .unwrap();
+                s.synchronize().unwrap();
+                comm.check_error().unwrap();
+                let mut got = vec![0u32; count];
+                for (what, buf, from) in [
+                    ("ring", &out, prev),
+                    ("self", &back, me),
+                    ("in place", &inp, prev),
+                ] {
+                    buf.read(0, &mut got).unwrap();
+                    let wrong = (0..count).filter(|&i| got[i] != value(from, i)).count();
+                    assert_eq!(wrong, 0, "count {count}, round {round}: {what} #wrong");
+                }
+            }
+        }
+    });
+}
+
 #[test]
 fn in_place_send_recv_rings_and_overlap_rules() {
     for nranks in [1u32, 2, 3, 5] {

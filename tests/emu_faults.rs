@@ -1316,7 +1316,8 @@ fn p2p_args(
     args
 }
 
-/// Runs `symcomm_sendrecv` (one CTA per operation) and blocks until the kernel finished.
+/// Runs `symcomm_sendrecv` (the CTAs its operations ask for) and blocks until the kernel
+/// finished.
 fn run_sendrecv(comm: DevComm, args: P2pArgs) {
     let (mut comm, mut args) = (comm, args);
     let mut ptrs: [*mut c_void; 2] = [(&raw mut comm).cast(), (&raw mut args).cast()];
@@ -1327,7 +1328,14 @@ fn run_sendrecv(comm: DevComm, args: P2pArgs) {
         launch(
             &DEVICE_IMAGE,
             "symcomm_sendrecv",
-            [args.nops, 1, 1],
+            [
+                args.ops[..args.nops as usize]
+                    .iter()
+                    .map(|o| o.ctas.max(1))
+                    .sum(),
+                1,
+                1,
+            ],
             [64, 1, 1],
             &mut ptrs,
         )
@@ -1417,6 +1425,44 @@ fn barriers_on_send_recv_words_are_refused_and_send_recv_still_works() {
             "{label}: send/recv after it delivered other bytes"
         );
     }
+}
+
+/// A receiver that cuts the staging window into other channels than its sender (one channel
+/// against eight: the slots of every piece but the first differ) records Mismatch before it
+/// copies a byte — the sender's first piece carries its layout with the message length — and the
+/// sender, whose pieces are never consumed, times out. Before the layout was part of that word,
+/// the receiver took the first piece as the whole message and read the rest from slots the sender
+/// never wrote.
+#[test]
+fn a_staging_layout_mismatch_is_a_mismatch_before_any_byte_moves() {
+    const MSG: usize = 1000;
+    let mut team = canary_team(2, &[16, 16, 4096]);
+    let mut sent: Vec<u8> = (0..MSG).map(|i| (i * 5 + 1) as u8).collect();
+    let mut got = vec![0u8; MSG];
+    let mut send_args = p2p_args(&mut team, 0, 2, SYMCOMM_P2P_SEND, 1, &mut sent);
+    send_args.channels = 8;
+    send_args.ops[0].ctas = 8;
+    let mut recv_args = p2p_args(&mut team, 1, 2, SYMCOMM_P2P_RECV, 0, &mut got);
+    recv_args.channels = 1;
+    let send = (team.dev_comm(0, dur(Duration::from_millis(500))), send_args);
+    let recv = (team.dev_comm(1, dur(PROMPT)), recv_args);
+    std::thread::scope(|s| {
+        let receiver = s.spawn(move || run_sendrecv(recv.0, recv.1));
+        run_sendrecv(send.0, send.1);
+        receiver.join().expect("receiver thread");
+    });
+    let (tx, rx) = (team.error(0), team.error(1));
+    assert_eq!(
+        (rx.status, rx.rank, rx.peer),
+        (SYMCOMM_STATUS_MISMATCH, 1, 0),
+        "receiver: {rx:?}"
+    );
+    assert_eq!(
+        (tx.status, tx.rank, tx.peer),
+        (SYMCOMM_STATUS_TIMEOUT, 0, 1),
+        "sender: {tx:?}"
+    );
+    assert!(got.iter().all(|&b| b == 0), "the receiver wrote bytes");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -4,19 +4,20 @@
 //! `SYMCOMM_BLESS=1 cargo test -p symcomm-device --test abi` regenerates it.
 #![allow(non_camel_case_types, non_snake_case, missing_docs, clippy::all)]
 
-pub const SYMCOMM_ABI_VERSION: u32 = 3;
+pub const SYMCOMM_ABI_VERSION: u32 = 4;
 pub const SYMCOMM_SIGNAL_WORDS: u32 = 256;
 pub const SYMCOMM_USER_SIGNAL_END: u32 = 64;
 pub const SYMCOMM_BARRIER_WORD_FIRST: u32 = 64;
 pub const SYMCOMM_HOST_LANE_BARRIERS: u32 = 64;
 pub const SYMCOMM_HOST_BARRIER_END: u32 = 128;
 pub const SYMCOMM_USER_BARRIER_FIRST: u32 = 128;
-pub const SYMCOMM_P2P_WORDS: u32 = 5;
-pub const SYMCOMM_P2P_FIRST_WORD: u32 = 251;
-pub const SYMCOMM_USER_BARRIER_END: u32 = 187;
+pub const SYMCOMM_P2P_CHANNELS: u32 = 8;
+pub const SYMCOMM_P2P_WORDS: u32 = 17;
+pub const SYMCOMM_P2P_FIRST_WORD: u32 = 239;
+pub const SYMCOMM_USER_BARRIER_END: u32 = 175;
 pub const SYMCOMM_LL_LINES: u32 = 256;
 pub const SYMCOMM_LL_LINE_BYTES: u32 = 16;
-pub const SYMCOMM_LL_EPOCH_BYTES: u32 = 1504;
+pub const SYMCOMM_LL_EPOCH_BYTES: u32 = 1408;
 pub const SYMCOMM_COMM_SAME_GPU: u32 = 1;
 pub const SYMCOMM_STATUS_OK: u32 = 0;
 pub const SYMCOMM_STATUS_TIMEOUT: u32 = 1;
@@ -265,8 +266,8 @@ pub struct P2pOp {
     pub kind: u32,
     #[doc = " Exchange: the rank received from."]
     pub recv_peer: u32,
-    #[doc = " Zero."]
-    pub reserved: u32,
+    #[doc = " CTAs that run this operation (0 counts as 1; more than the message's channels idle). The\n  peer may use another count: the channels, not the CTAs, pair up."]
+    pub ctas: u32,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
@@ -277,9 +278,9 @@ const _: () = {
     ["Offset of field: P2pOp::peer"][::core::mem::offset_of!(P2pOp, peer) - 16usize];
     ["Offset of field: P2pOp::kind"][::core::mem::offset_of!(P2pOp, kind) - 20usize];
     ["Offset of field: P2pOp::recv_peer"][::core::mem::offset_of!(P2pOp, recv_peer) - 24usize];
-    ["Offset of field: P2pOp::reserved"][::core::mem::offset_of!(P2pOp, reserved) - 28usize];
+    ["Offset of field: P2pOp::ctas"][::core::mem::offset_of!(P2pOp, ctas) - 28usize];
 };
-#[doc = " Arguments of `symcomm_sendrecv`: CTA i runs ops[i] (i < nops). Data moves through `stage`,\n  a window whose per-rank copy is split into one region per peer (`stage.bytes / nranks`\n  bytes, rounded down to 16): the sender copies into its region for the receiver, the\n  receiver reads it from there. At most one send and one receive per peer per launch (an\n  exchange counts as both)."]
+#[doc = " Arguments of `symcomm_sendrecv`: the first max(ops[0].ctas, 1) CTAs run ops[0], the next\n  ones ops[1], and so on (i < nops; the grid is the sum). Data moves through `stage`, a window\n  whose per-rank copy is split into one region per peer (`stage.bytes / nranks` bytes, rounded\n  down to 16), each region into min(channels, region / 32) channels (at least 1) of two\n  16-byte-aligned slots: a message is cut into pieces of one slot, piece j going through channel\n  j % (the message's channels); the sender copies a piece into its slot, the receiver reads it\n  from there, double-buffered. At most one send and one receive per peer per launch (an\n  exchange counts as both)."]
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct P2pArgs {
@@ -287,8 +288,8 @@ pub struct P2pArgs {
     pub stage: WindowHandleRaw,
     #[doc = " Operations in use."]
     pub nops: u32,
-    #[doc = " Zero."]
-    pub reserved: u32,
+    #[doc = " Channels of the staging layout, 1..SYMCOMM_P2P_CHANNELS (0 counts as 1, more as\n  SYMCOMM_P2P_CHANNELS): the same on both sides of a pair (a receiver whose layout differs\n  from its sender's records Mismatch, as for another length)."]
+    pub channels: u32,
     #[doc = " The operations."]
     pub ops: [P2pOp; 32usize],
 }
@@ -298,6 +299,6 @@ const _: () = {
     ["Alignment of P2pArgs"][::core::mem::align_of::<P2pArgs>() - 8usize];
     ["Offset of field: P2pArgs::stage"][::core::mem::offset_of!(P2pArgs, stage) - 0usize];
     ["Offset of field: P2pArgs::nops"][::core::mem::offset_of!(P2pArgs, nops) - 40usize];
-    ["Offset of field: P2pArgs::reserved"][::core::mem::offset_of!(P2pArgs, reserved) - 44usize];
+    ["Offset of field: P2pArgs::channels"][::core::mem::offset_of!(P2pArgs, channels) - 44usize];
     ["Offset of field: P2pArgs::ops"][::core::mem::offset_of!(P2pArgs, ops) - 48usize];
 };

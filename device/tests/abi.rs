@@ -170,7 +170,7 @@ fn rust_layout() -> Vec<(String, usize)> {
             peer,
             kind,
             recv_peer,
-            reserved
+            ctas
         }
     );
     layout!(
@@ -178,7 +178,7 @@ fn rust_layout() -> Vec<(String, usize)> {
         P2pArgs {
             stage,
             nops,
-            reserved,
+            channels,
             ops
         }
     );

@@ -264,7 +264,7 @@ mod tests {
                     0,
                     200,
                 ),
-                "barrier index 200 (users' indices are [128, 187))",
+                "barrier index 200 (users' indices are [128, 175))",
             ),
             (
                 rec(

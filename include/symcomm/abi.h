@@ -25,7 +25,7 @@ typedef unsigned long long uint64_t;
 
 /** Version of the layouts below; `DevComm::abi_version` carries it so a kernel can refuse a host
  *  built against different headers. */
-#define SYMCOMM_ABI_VERSION 3u
+#define SYMCOMM_ABI_VERSION 4u
 
 /* The signal area. Every (owner rank, writing peer) pair has SYMCOMM_SIGNAL_WORDS signal words:
  * 64-bit words in the owner's signal array that only the peer writes (epochs: values only grow).
@@ -57,9 +57,12 @@ typedef unsigned long long uint64_t;
 #define SYMCOMM_HOST_BARRIER_END (2u * SYMCOMM_HOST_LANE_BARRIERS)
 /** First barrier index of users' kernels (host collectives never use it or any above). */
 #define SYMCOMM_USER_BARRIER_FIRST SYMCOMM_HOST_BARRIER_END
-/** Signal words of send/recv per (owner, peer) pair: message length, data ready, data consumed,
- *  and the owner's own counters of chunks sent to / received from the peer. */
-#define SYMCOMM_P2P_WORDS 5u
+/** Channels of one send/recv pair (P2pOp::ctas): each has its own two staging slots and its own
+ *  "data ready" and "data consumed" words, so up to this many CTAs move one message at once. */
+#define SYMCOMM_P2P_CHANNELS 8u
+/** Signal words of send/recv per (owner, peer) pair: the message length, then per channel the
+ *  pieces ready (written by the sender) and the pieces consumed (written by the receiver). */
+#define SYMCOMM_P2P_WORDS (1u + 2u * SYMCOMM_P2P_CHANNELS)
 /** First signal word of send/recv: [SYMCOMM_P2P_FIRST_WORD, SYMCOMM_SIGNAL_WORDS). */
 #define SYMCOMM_P2P_FIRST_WORD (SYMCOMM_SIGNAL_WORDS - SYMCOMM_P2P_WORDS)
 /** End (exclusive) of the barrier indices, and of users' barrier indices
@@ -367,7 +370,7 @@ typedef struct CollArgs {
 } CollArgs;
 
 /* Point-to-point (the built-in kernel `symcomm_sendrecv`, host `send` / `recv` / groups). */
-/** Most send and receive operations in one launch (one CTA each). */
+/** Most send and receive operations in one launch (each 1 to SYMCOMM_P2P_CHANNELS CTAs). */
 #define SYMCOMM_P2P_MAX_OPS 32u
 /** Kinds of P2pOp. */
 /** Receive `bytes` bytes from `peer` into `addr`. */
@@ -375,7 +378,7 @@ typedef struct CollArgs {
 /** Send `bytes` bytes at `addr` to `peer`. */
 #define SYMCOMM_P2P_SEND 1u
 /** In place: send `bytes` bytes at `addr` to `peer` and receive as many from `recv_peer` into
- *  the same bytes, chunk by chunk (each chunk is sent before the received one overwrites it). */
+ *  the same bytes, piece by piece (each piece is sent before the received one overwrites it). */
 #define SYMCOMM_P2P_EXCHANGE 2u
 
 /** One operation of `symcomm_sendrecv` on `bytes` bytes at device address `addr` (the user's
@@ -391,22 +394,28 @@ typedef struct P2pOp {
     uint32_t kind;
     /** Exchange: the rank received from. */
     uint32_t recv_peer;
-    /** Zero. */
-    uint32_t reserved;
+    /** CTAs that run this operation (0 counts as 1; more than the message's channels idle). The
+     *  peer may use another count: the channels, not the CTAs, pair up. */
+    uint32_t ctas;
 } P2pOp;
 
-/** Arguments of `symcomm_sendrecv`: CTA i runs ops[i] (i < nops). Data moves through `stage`,
- *  a window whose per-rank copy is split into one region per peer (`stage.bytes / nranks`
- *  bytes, rounded down to 16): the sender copies into its region for the receiver, the
- *  receiver reads it from there. At most one send and one receive per peer per launch (an
+/** Arguments of `symcomm_sendrecv`: the first max(ops[0].ctas, 1) CTAs run ops[0], the next
+ *  ones ops[1], and so on (i < nops; the grid is the sum). Data moves through `stage`, a window
+ *  whose per-rank copy is split into one region per peer (`stage.bytes / nranks` bytes, rounded
+ *  down to 16), each region into min(channels, region / 32) channels (at least 1) of two
+ *  16-byte-aligned slots: a message is cut into pieces of one slot, piece j going through channel
+ *  j % (the message's channels); the sender copies a piece into its slot, the receiver reads it
+ *  from there, double-buffered. At most one send and one receive per peer per launch (an
  *  exchange counts as both). */
 typedef struct P2pArgs {
     /** Staging window. */
     WindowHandleRaw stage;
     /** Operations in use. */
     uint32_t nops;
-    /** Zero. */
-    uint32_t reserved;
+    /** Channels of the staging layout, 1..SYMCOMM_P2P_CHANNELS (0 counts as 1, more as
+     *  SYMCOMM_P2P_CHANNELS): the same on both sides of a pair (a receiver whose layout differs
+     *  from its sender's records Mismatch, as for another length). */
+    uint32_t channels;
     /** The operations. */
     P2pOp ops[SYMCOMM_P2P_MAX_OPS];
 } P2pArgs;

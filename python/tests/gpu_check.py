@@ -132,7 +132,7 @@ def rank_main(device, count):
     # The Triton one-shot all-reduce on the same windows.
     signal_base, signal_stride, signal_words, abort_flag, timeout, _, _ = st.comm_args(comm)
     block = 4096 if gpu else 256
-    # One users' barrier index per program (59 of them).
+    # One users' barrier index per program (47 of them).
     tcount = min(count, 32 * block)
     grid = (tcount + block - 1) // block
     status = zeros(grid, "int32")

@@ -3,7 +3,8 @@
 use std::marker::PhantomData;
 
 use symcomm_device::abi::{
-    P2pArgs, P2pOp, SYMCOMM_P2P_EXCHANGE, SYMCOMM_P2P_MAX_OPS, SYMCOMM_P2P_RECV, SYMCOMM_P2P_SEND,
+    P2pArgs, P2pOp, SYMCOMM_P2P_CHANNELS, SYMCOMM_P2P_EXCHANGE, SYMCOMM_P2P_MAX_OPS,
+    SYMCOMM_P2P_RECV, SYMCOMM_P2P_SEND,
 };
 
 use super::{BufferRef, DataType};
@@ -135,7 +136,7 @@ impl<'a> P2pGroup<'a> {
                 SYMCOMM_P2P_RECV
             },
             recv_peer: 0,
-            reserved: 0,
+            ctas: 1,
         });
         Ok(())
     }
@@ -208,8 +209,11 @@ impl Communicator {
 
     /// Posts the sends and receives that `build` adds, then launches them as one kernel on
     /// `stream` (one CTA per operation, all progressing together). Nothing is launched when
-    /// `build` or validation fails. Data moves through the stream's staging window in chunks
-    /// of `SYMCOMM_STAGING_BYTES / nranks` bytes.
+    /// `build` or validation fails. Data moves through the stream's staging window: each pair
+    /// of ranks has `SYMCOMM_STAGING_BYTES / nranks` bytes of it, cut into up to
+    /// `SYMCOMM_P2P_CHANNELS` (8) channels of two slots, so a large message moves as pieces of
+    /// one slot on several CTAs at once, double-buffered (the CTAs come from this rank's share
+    /// of its GPU, split among the group's operations).
     ///
     /// ```no_run
     /// # use symcomm::{Communicator, DataType};
@@ -252,26 +256,39 @@ impl Communicator {
             &self.coll.p2p_kernel,
             "symcomm_sendrecv",
             threads,
-            SYMCOMM_P2P_MAX_OPS,
+            SYMCOMM_P2P_MAX_OPS * SYMCOMM_P2P_CHANNELS,
         )?;
         if group.ops.len() as u32 > kernel.max_ctas {
             return Err(Error::InvalidArgument(format!(
-                "a send/recv group of {} operations runs one CTA per operation, and every CTA \
-                 must be resident with its peer's: this rank's share of its GPU is {} CTAs of \
-                 {threads} threads ({} ranks of this communicator share the GPU); split the \
-                 group",
+                "a send/recv group of {} operations runs at least one CTA per operation, and \
+                 every CTA must be resident with its peer's: this rank's share of its GPU is {} \
+                 CTAs of {threads} threads ({} ranks of this communicator share the GPU); split \
+                 the group",
                 group.ops.len(),
                 kernel.max_ctas,
                 self.gpu_ranks
             )));
         }
+        let stage = lane.stage_handle(&lane.stage_in, self.rank);
+        let channels = tune::p2p_channels(self.geometry_kind());
+        let Some(layout) = StageLayout::new(stage.bytes, self.nranks, channels) else {
+            return Err(Error::InvalidArgument(format!(
+                "send/recv: a staging window of {} bytes (SYMCOMM_STAGING_BYTES) leaves less than \
+                 32 bytes per pair of {} ranks",
+                stage.bytes, self.nranks
+            )));
+        };
+        let ctas = layout.share_ctas(&group.ops, kernel.max_ctas);
         let mut args = P2pArgs {
-            stage: lane.stage_handle(&lane.stage_in, self.rank),
+            stage,
             nops: group.ops.len() as u32,
-            reserved: 0,
+            channels: layout.channels,
             ops: [P2pOp::default(); SYMCOMM_P2P_MAX_OPS as usize],
         };
-        args.ops[..group.ops.len()].copy_from_slice(&group.ops);
+        for (slot, (op, ctas)) in args.ops.iter_mut().zip(group.ops.iter().zip(&ctas)) {
+            *slot = P2pOp { ctas: *ctas, ..*op };
+        }
+        let grid: u32 = ctas.iter().sum();
         let kargs = KernelArgs::new().arg(&self.device_handle()?).arg(&args);
         let retain = || self.retained(&lane, &group.refs);
         // SAFETY: `symcomm_sendrecv(DevComm, P2pArgs)` by value; the staging window lives as
@@ -281,12 +298,140 @@ impl Communicator {
         let issued = unsafe {
             stream.launch_retaining(
                 &kernel.kernel,
-                LaunchConfig::linear(group.ops.len() as u32, kernel.threads),
+                LaunchConfig::linear(grid, kernel.threads),
                 &kargs,
                 &retain,
             )
         };
         self.track(&lane, stream, group.buffers.iter().copied());
         issued
+    }
+}
+
+/// How the staging window is cut for send/recv: the device's `layout_of`
+/// (device/kernels/sendrecv.cu) in Rust. Each (sender, receiver) pair has `region` bytes, cut
+/// into `channels` channels (as many as asked for, while each keeps two 16-byte slots) of two
+/// `piece`-byte slots; a message of `b` bytes is `ceil(b / piece)` pieces and uses
+/// `min(channels, pieces)` channels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct StageLayout {
+    channels: u32,
+    piece: u64,
+}
+
+impl StageLayout {
+    /// The layout of a staging window of `stage_bytes` bytes among `nranks` ranks with up to
+    /// `channels` channels (1..=SYMCOMM_P2P_CHANNELS); `None` when a pair's region is under 32
+    /// bytes (two 16-byte slots).
+    fn new(stage_bytes: u64, nranks: u32, channels: u32) -> Option<StageLayout> {
+        let region = (stage_bytes / u64::from(nranks)) & !15;
+        let want = u64::from(channels.clamp(1, SYMCOMM_P2P_CHANNELS));
+        let channels = (region / 32).clamp(1, want) as u32;
+        let piece = (region / (2 * u64::from(channels))) & !15;
+        (piece > 0).then_some(StageLayout { channels, piece })
+    }
+
+    /// Channels a message of `bytes` bytes uses (0 for an empty one).
+    fn channels_of(&self, bytes: u64) -> u32 {
+        bytes.div_ceil(self.piece).min(u64::from(self.channels)) as u32
+    }
+
+    /// CTAs per operation (`P2pOp::ctas`): one each, then one more at a time, round-robin, to
+    /// every operation with channels left without a CTA, while the `budget` lasts. Pre:
+    /// `ops.len() <= budget`.
+    fn share_ctas(&self, ops: &[P2pOp], budget: u32) -> Vec<u32> {
+        let want: Vec<u32> = ops
+            .iter()
+            .map(|o| self.channels_of(o.bytes).max(1))
+            .collect();
+        let mut ctas = vec![1u32; ops.len()];
+        let mut left = budget.saturating_sub(ops.len() as u32);
+        while left > 0 {
+            let before = left;
+            for (c, w) in ctas.iter_mut().zip(&want) {
+                if left > 0 && *c < *w {
+                    *c += 1;
+                    left -= 1;
+                }
+            }
+            if left == before {
+                break;
+            }
+        }
+        ctas
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn op(bytes: u64) -> P2pOp {
+        P2pOp {
+            bytes,
+            ..P2pOp::default()
+        }
+    }
+
+    #[test]
+    fn the_staging_layout_matches_the_device_formula() {
+        // 4 MiB among 4 ranks: 1 MiB regions, 8 channels of two 64 KiB slots.
+        let l = StageLayout::new(4 << 20, 4, 8).unwrap();
+        assert_eq!(
+            l,
+            StageLayout {
+                channels: 8,
+                piece: 64 << 10
+            }
+        );
+        assert_eq!(
+            [0, 1, 64 << 10, (64 << 10) + 1, 100 << 20].map(|b| l.channels_of(b)),
+            [0, 1, 1, 2, 8]
+        );
+        // Small regions: fewer channels, 16-byte pieces; under 32 bytes none.
+        assert_eq!(
+            StageLayout::new(256, 4, 8),
+            Some(StageLayout {
+                channels: 2,
+                piece: 16
+            })
+        );
+        assert_eq!(
+            StageLayout::new(100, 3, 8),
+            Some(StageLayout {
+                channels: 1,
+                piece: 16
+            })
+        );
+        assert_eq!(StageLayout::new(4096, 200, 8), None);
+        // One channel (the emulator's): two slots of half the region; 0 and 9 as the device
+        // reads them (1 and 8).
+        assert_eq!(
+            StageLayout::new(4 << 20, 4, 1),
+            Some(StageLayout {
+                channels: 1,
+                piece: 512 << 10
+            })
+        );
+        assert_eq!(
+            StageLayout::new(4 << 20, 4, 0),
+            StageLayout::new(4 << 20, 4, 1)
+        );
+        assert_eq!(
+            StageLayout::new(4 << 20, 4, 9),
+            StageLayout::new(4 << 20, 4, 8)
+        );
+    }
+
+    #[test]
+    fn ctas_are_shared_round_robin_within_the_budget() {
+        let l = StageLayout::new(4 << 20, 4, 8).unwrap();
+        let ops = [op(100 << 20), op(10), op(3 * (64 << 10))];
+        assert_eq!(l.share_ctas(&ops, 3), [1, 1, 1]);
+        assert_eq!(l.share_ctas(&ops, 6), [3, 1, 2]);
+        assert_eq!(l.share_ctas(&ops, 64), [8, 1, 3]);
+        assert_eq!(l.share_ctas(&[op(0)], 64), [1]);
     }
 }
