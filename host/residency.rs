@@ -25,8 +25,11 @@ mod sm90 {
     pub(super) const MAX_CTAS: u32 = 32;
     /// Most resident warps per SM (2048 threads).
     pub(super) const MAX_WARPS: u32 = 64;
-    /// 32-bit registers per SM.
-    pub(super) const REGISTERS: u32 = 65536;
+    /// 32-bit registers per SM sub-partition (4 per SM, a warp scheduler each): a warp's
+    /// registers come from one of them, so an SM holds 4 x (16384 / per-warp) warps.
+    pub(super) const PARTITION_REGISTERS: u32 = 16384;
+    /// Sub-partitions per SM.
+    pub(super) const PARTITIONS: u32 = 4;
     /// Registers are allocated per warp in units of this many.
     pub(super) const REGISTER_UNIT: u32 = 256;
     /// Shared memory per SM usable by CTAs, bytes (228 KiB).
@@ -48,7 +51,7 @@ pub(crate) fn sm90_occupancy(registers: u32, threads: u32, shared_bytes: u32) ->
     let warps = threads.div_ceil(32);
     let by_warps = sm90::MAX_WARPS / warps;
     let per_warp = (registers.max(1) * 32).next_multiple_of(sm90::REGISTER_UNIT);
-    let by_registers = (sm90::REGISTERS / per_warp) / warps;
+    let by_registers = sm90::PARTITIONS * (sm90::PARTITION_REGISTERS / per_warp) / warps;
     let per_cta_shared = shared_bytes.next_multiple_of(sm90::SHARED_UNIT) + sm90::SHARED_RESERVED;
     let by_shared = sm90::SHARED / per_cta_shared;
     sm90::MAX_CTAS
@@ -99,6 +102,10 @@ mod tests {
         assert_eq!(sm90_occupancy(16, 32, 0), 32);
         // 64 threads at 72 registers: 2 warps, 28 warps by registers -> 14.
         assert_eq!(sm90_occupancy(72, 64, 0), 14);
+        // 88 registers (2816 per warp): 5 warps per sub-partition, 20 per SM -> 10 CTAs of 2
+        // warps (the H200's occupancy API for symcomm_collective_bf16 at 64 threads; a
+        // whole-SM register count would give 23 warps -> 11).
+        assert_eq!(sm90_occupancy(88, 64, 0), 10);
         // Shared memory: 100 KiB per CTA -> 2.
         assert_eq!(sm90_occupancy(32, 128, 100 * 1024), 2);
         // Does not fit.

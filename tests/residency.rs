@@ -225,3 +225,139 @@ fn freeing_a_window_never_waits_for_a_peers_queued_collective() {
         );
     }
 }
+
+/// A rank's one-shot sum all-reduce of `w` in place with `kernel` (`symcomm_collective_f32`),
+/// launched through the communicator on 2 co-resident CTAs, then waited for.
+fn one_shot_with(
+    comm: &symcomm::Communicator,
+    kernel: &symcomm::Kernel,
+    w: &Window<f32>,
+    n: usize,
+    stream: &symcomm::Stream,
+) -> symcomm::Result<()> {
+    let raw = w.device_handle().raw();
+    let args = KernelArgs::new()
+        .arg(&comm.device_handle()?)
+        .arg(&support::one_shot_sum_f32(raw, raw, n as u64));
+    // SAFETY: the kernel takes (DevComm, CollArgs); the window and the communicator outlive the
+    // launch, which is waited for below.
+    unsafe {
+        comm.launch(
+            stream,
+            kernel,
+            LaunchConfig::linear(2, 64).co_resident(),
+            &args,
+        )
+    }?;
+    stream.synchronize()?;
+    comm.check_error()
+}
+
+/// A copy of symcomm's image whose modules are new to the process (the same code under other
+/// module descriptions): loading it is loading new code.
+fn fresh_image() -> &'static symcomm::DeviceImage {
+    let modules: Vec<symcomm_device::image::Module> = symcomm::DEVICE_IMAGE
+        .modules
+        .iter()
+        .map(|m| symcomm_device::image::Module {
+            source: m.source,
+            source_name: m.source_name,
+            fatbin: m.fatbin,
+            kernels: m.kernels,
+        })
+        .collect();
+    Box::leak(Box::new(symcomm::DeviceImage {
+        modules: Box::leak(modules.into_boxed_slice()),
+        ..symcomm::DEVICE_IMAGE
+    }))
+}
+
+/// Loading code may wait for the GPU to go idle (CUDA's lazy loading: seen on an H200, where
+/// ranks as threads that each loaded the collectives' module and launched at once timed out), and
+/// the emulator models that wait. Rank 0 launches a one-shot all-reduce, which waits for rank 1's;
+/// rank 1 loads the same kernel only then: a load that waited for the GPU would wait for rank 0's
+/// kernel until its device timeout. symcomm loads each module once per process (its own kernels
+/// at init), so rank 1's load is a lookup and both finish at once.
+#[test]
+fn loading_a_loaded_kernel_never_waits_for_a_peers_queued_collective() {
+    let _s = serial();
+    let n = 1000usize;
+    let results = with_ranks_using(
+        2,
+        &CommOptions::default().with_device_timeout(Duration::from_secs(5)),
+        |comm| {
+            let r = comm.rank();
+            let stream = comm.create_stream().unwrap();
+            let w = comm.alloc_window::<f32>(n).unwrap();
+            let mine: Vec<f32> = (0..n).map(|i| (i % 13) as f32 + r as f32).collect();
+            w.write(0, &mine).unwrap();
+            comm.barrier().unwrap();
+            if r == 1 {
+                // Rank 0 loads and queues its all-reduce first.
+                thread::sleep(Duration::from_millis(300));
+            }
+            let start = Instant::now();
+            let kernel = comm
+                .load_kernel(&symcomm::DEVICE_IMAGE, "symcomm_collective_f32")
+                .unwrap();
+            let loaded = start.elapsed();
+            one_shot_with(&comm, &kernel, &w, n, &stream)
+                .unwrap_or_else(|e| panic!("rank {r}: {e}"));
+            (w.to_vec().unwrap(), loaded, start.elapsed())
+        },
+    );
+    let want: Vec<f32> = (0..n).map(|i| 2.0 * (i % 13) as f32 + 1.0).collect();
+    for (r, (got, loaded, total)) in results.iter().enumerate() {
+        assert_eq!(got, &want, "rank {r}");
+        assert!(
+            *loaded < Duration::from_secs(1),
+            "rank {r}: the load took {loaded:?}"
+        );
+        assert!(
+            *total < Duration::from_secs(4),
+            "rank {r}: load + all-reduce took {total:?}"
+        );
+    }
+}
+
+/// The planted counterpart: rank 1 loads code the process has never loaded (a fresh copy of the
+/// image) while rank 0's all-reduce waits for it. The emulator's load waits for the GPU like the
+/// driver's, so rank 0's kernel runs into its device timeout and rank 1's load returns only then —
+/// a bounded failure, which is what the GPU does and what symcomm's preloading avoids.
+#[test]
+fn planted_loading_new_code_while_a_peer_waits_times_out() {
+    let _s = serial();
+    let n = 1000usize;
+    let timeout = Duration::from_secs(2);
+    let fresh = fresh_image();
+    let results = with_ranks_using(
+        2,
+        &CommOptions::default().with_device_timeout(timeout),
+        |comm| {
+            let r = comm.rank();
+            let stream = comm.create_stream().unwrap();
+            let w = comm.alloc_window::<f32>(n).unwrap();
+            comm.barrier().unwrap();
+            let image = if r == 1 {
+                thread::sleep(Duration::from_millis(300));
+                fresh
+            } else {
+                &symcomm::DEVICE_IMAGE
+            };
+            let start = Instant::now();
+            let kernel = comm.load_kernel(image, "symcomm_collective_f32").unwrap();
+            let loaded = start.elapsed();
+            (one_shot_with(&comm, &kernel, &w, n, &stream), loaded)
+        },
+    );
+    let (rank0, _) = &results[0];
+    assert!(
+        matches!(rank0, Err(Error::Timeout { .. })),
+        "rank 0 should time out waiting for rank 1, got {rank0:?}"
+    );
+    let (_, loaded1) = &results[1];
+    assert!(
+        *loaded1 >= timeout - Duration::from_millis(500),
+        "rank 1's load of new code should wait for rank 0's kernel (its timeout), took {loaded1:?}"
+    );
+}

@@ -16,6 +16,7 @@ use super::{CommOptions, Communicator, Device, coll, peers_succeeded};
 use crate::backend::{Backend, cuda};
 use crate::bootstrap::{self, BootstrapConfig, UniqueId};
 use crate::config::raw_value;
+use crate::stream::Kernel;
 use crate::{Error, Result};
 
 impl Communicator {
@@ -84,9 +85,17 @@ impl Communicator {
         };
         let control = Control::start(rank, nranks, boot.into_link(), timing, on_fault)?;
         let backend_name = backend.as_ref().map(Backend::name).unwrap_or_default();
-        let (backend, status) = match backend {
-            Ok(b) => (b, Ok(())),
-            Err(e) => (Backend::Emu, Err(e)),
+        // symcomm's own kernels, loaded before the agreement below: no rank launches before
+        // every rank of the process has them (loading code while a peer's kernel waits for this
+        // rank can hang on a shared GPU: see `Kernel`).
+        let builtins = match &backend {
+            Ok(b) => Kernel::preload(b, &crate::DEVICE_IMAGE),
+            Err(_) => Ok(Vec::new()),
+        };
+        let (backend, builtins, status) = match (backend, builtins) {
+            (Ok(b), Ok(k)) => (b, k, Ok(())),
+            (Ok(b), Err(e)) => (b, Vec::new(), Err(e)),
+            (Err(e), _) => (Backend::Emu, Vec::new(), Err(e)),
         };
         let mut comm = Communicator {
             rank,
@@ -108,6 +117,7 @@ impl Communicator {
             links: None,
             exchange_seq: Mutex::new(0),
             lineage: Lineage::new(config),
+            _builtins: builtins,
             control,
             block,
             me: Weak::new(),

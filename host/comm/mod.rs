@@ -175,6 +175,9 @@ pub struct Communicator {
     exchange_seq: Mutex<u64>,
     /// What communicators split from this one inherit.
     lineage: split::Lineage,
+    /// symcomm's own kernels, loaded at init and held for the communicator's life (see
+    /// [`Kernel`](crate::Kernel): no collective loads code while peers wait).
+    _builtins: Vec<crate::stream::Kernel>,
     control: Control,
     block: Arc<ControlBlock>,
     /// This communicator's own `Arc` (every communicator lives in one): what windows and

@@ -76,9 +76,12 @@ impl LaunchConfig {
 /// A kernel of an embedded [`DeviceImage`], loaded for one backend; launched with
 /// [`Stream::launch`] on streams of the same backend (and, for CUDA, the same GPU).
 ///
-/// Cheap to clone. On CUDA each `load` loads the kernel's module into the GPU (kept until the
-/// last clone drops), so load once and reuse; each launch looks the entry up in the module
-/// (`cuModuleGetFunction`, a table lookup in the driver).
+/// Cheap to clone. A module is loaded once per process and GPU (every kernel of it at once, not
+/// at its first launch), and kept while any `Kernel` of it lives: later loads of its kernels,
+/// by any rank of the process, are lookups. Load your kernels before launching anything that
+/// waits for peers: loading new code may wait for the GPU to go idle (CUDA's lazy loading; the
+/// emulator does the same), so a rank loading a module while a peer's kernel waits for that
+/// rank hangs both until the device timeout. Communicators load symcomm's own kernels at init.
 #[derive(Debug, Clone)]
 pub struct Kernel {
     pub(super) name: &'static str,
@@ -100,17 +103,31 @@ impl Kernel {
             .ok_or_else(|| Error::UnknownKernel(name.to_owned()))?;
         let code = backend.make(
             |device| {
-                let loaded = device.load_module(image, module)?;
+                let loaded = device.shared_module(image, module)?;
                 // Fails early (UnknownKernel) if the loaded code lacks the entry.
                 loaded.function(kernel.name)?;
-                Ok(Arc::new(loaded))
+                Ok(loaded)
             },
-            || Ok(EmuKernel::new(image, kernel)),
+            || Ok(EmuKernel::new(image, module, kernel)),
         )?;
         Ok(Kernel {
             name: kernel.name,
             code,
         })
+    }
+
+    /// Every kernel of `image` loaded for `backend` now, held until the returned value drops
+    /// (a communicator holds symcomm's own image from init on: see [`Kernel`]).
+    ///
+    /// # Errors
+    /// As [`Kernel::load`].
+    pub(crate) fn preload(backend: &Backend, image: &'static DeviceImage) -> Result<Vec<Kernel>> {
+        image
+            .modules
+            .iter()
+            .filter_map(|m| m.kernels.first())
+            .map(|k| Kernel::load(backend, image, k.name))
+            .collect()
     }
 
     /// The kernel's entry name.

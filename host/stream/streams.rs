@@ -361,7 +361,7 @@ impl Stream {
                 Ok(())
             }
             PerBackend::Emu((k, emu)) => {
-                let (name, k) = (kernel.name, *k);
+                let (name, k) = (kernel.name, k.clone());
                 let occupancy = k.occupancy(config.threads(), shared_bytes)?;
                 let args = args.clone();
                 tracing::debug!(target: "symcomm::stream", kernel = name, ?grid, ?block, shared_bytes, occupancy, "enqueue emulator launch");

@@ -101,11 +101,24 @@ def _alloc_window(self, shape, dtype="float32"):
     return self._alloc_window(count, _dtype(dtype), list(dims))
 
 
-def _buffer(obj, what):
-    """(library buffer, library dtype, elements) of a Window, array or tensor."""
+def _buffer(obj, what, on_gpu):
+    """(library buffer, library dtype, elements) of a Window, array or tensor. A GPU
+    communicator takes device memory only (CUDA tensors, ``__cuda_array_interface__`` arrays),
+    the emulator host memory only (numpy arrays, CPU tensors): anything else is refused here
+    rather than handed to the device as an address it cannot use."""
     if isinstance(obj, Window):
         return obj, obj._dtype, obj.size
     cai = getattr(obj, "__cuda_array_interface__", None)
+    if on_gpu and cai is None:
+        raise InvalidArgument(
+            f"{what}: a communicator on a GPU takes Windows, CUDA tensors or "
+            f"__cuda_array_interface__ arrays, not host memory ({type(obj).__name__})"
+        )
+    if not on_gpu and cai is not None:
+        raise InvalidArgument(
+            f"{what}: a communicator on the emulator takes Windows, numpy arrays or CPU tensors, "
+            f"not device memory ({type(obj).__name__})"
+        )
     ai = cai if cai is not None else getattr(obj, "__array_interface__", None)
     if ai is None and hasattr(obj, "data_ptr") and hasattr(obj, "is_contiguous"):
         # A torch tensor on the CPU (the emulator's memory).
@@ -140,8 +153,9 @@ def _contiguous(obj):
 def _collective(self, kind, send, recv, op="sum", root=0, count=None, stream=None):
     in_place = recv is None or recv is send
     recv = send if in_place else recv
-    sbuf, sdt, selems = _buffer(send, "send")
-    rbuf, rdt, relems = _buffer(recv, "recv")
+    on_gpu = self.backend != "emu"
+    sbuf, sdt, selems = _buffer(send, "send", on_gpu)
+    rbuf, rdt, relems = _buffer(recv, "recv", on_gpu)
     if sdt != rdt:
         raise InvalidArgument(
             f"{kind}: send holds {_PY_NAME.get(sdt, sdt)}, recv {_PY_NAME.get(rdt, rdt)}"

@@ -151,12 +151,21 @@ def test_avg_is_within_one_rounding(threads):
     assert max(threads(n, body)) <= 2.0 ** -23
 
 
+class _DeviceArray:
+    """Device memory as CUDA array libraries describe it (never dereferenced here)."""
+
+    __cuda_array_interface__ = {"shape": (16,), "typestr": "<f4", "data": (0x7F0000000000, False), "version": 3}
+    dtype = np.float32
+
+
 def test_bad_arguments_raise_and_the_communicator_stays_usable(threads):
     def body(comm):
         w = comm.alloc_window(16, "float32")
         ints = np.zeros(16, dtype=np.int32)
         seen = []
         for bad in (
+            # Device memory on the emulator (and host memory on a GPU): refused, never copied.
+            lambda: comm.all_reduce(_DeviceArray()),
             lambda: comm.all_reduce(w, op="bogus"),
             lambda: comm.all_reduce(w, ints),  # dtype mismatch
             lambda: comm.all_reduce(np.zeros((4, 4), dtype=np.float32)[:, ::2]),  # not contiguous

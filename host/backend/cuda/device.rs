@@ -63,7 +63,9 @@ impl Drop for Context {
         // matching release, after every module, buffer and stream (which hold an `Arc<Context>`)
         // is gone.
         let r = unsafe { dsys::cuDevicePrimaryCtxRelease_v2(self.device) };
-        if r != dsys::CUresult::CUDA_SUCCESS {
+        // DEINITIALIZED: the process is exiting and the driver has already torn everything down
+        // (a context released by the background free thread after main returned).
+        if r != dsys::CUresult::CUDA_SUCCESS && r != dsys::CUresult::CUDA_ERROR_DEINITIALIZED {
             tracing::warn!(target: "symcomm::cuda", ordinal = self.ordinal, error = ?r, "cuDevicePrimaryCtxRelease failed");
         }
     }

@@ -32,6 +32,7 @@ pub(super) const DRIVER_SYMBOLS: &[&str] = &[
     "cuModuleLoadDataEx",
     "cuModuleGetFunction",
     "cuModuleUnload",
+    "cuFuncGetAttribute",
     "cuMemAllocAsync",
     "cuMemFreeAsync",
     "cuMemsetD8_v2",
@@ -66,6 +67,10 @@ pub(super) const DRIVER_SYMBOLS: &[&str] = &[
 /// argument count of launches when present.
 pub(super) const PARAM_INFO_SYMBOL: &str = "cuFuncGetParamInfo";
 
+/// Optional libcuda entry point (driver 12.4+): loads a kernel now rather than at its first
+/// launch (without it, `cuFuncGetAttribute` does the same).
+pub(super) const FUNC_LOAD_SYMBOL: &str = "cuFuncLoad";
+
 /// Every libnvrtc entry point this module calls through cudarc (see [`DRIVER_SYMBOLS`]).
 pub(super) const NVRTC_SYMBOLS: &[&str] = &[
     "nvrtcVersion",
@@ -83,6 +88,8 @@ pub(super) const NVRTC_SYMBOLS: &[&str] = &[
 pub(super) struct DriverLib {
     /// `cuFuncGetParamInfo` is exported.
     pub(super) has_param_info: bool,
+    /// `cuFuncLoad` is exported.
+    pub(super) has_func_load: bool,
 }
 
 /// Loads libcuda (once per process) and checks its symbols.
@@ -122,6 +129,7 @@ fn load_driver() -> std::result::Result<DriverLib, String> {
     }
     Ok(DriverLib {
         has_param_info: has(PARAM_INFO_SYMBOL),
+        has_func_load: has(FUNC_LOAD_SYMBOL),
     })
 }
 

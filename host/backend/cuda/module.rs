@@ -3,7 +3,7 @@
 
 use std::ffi::{c_int, c_uint, c_void};
 use std::ptr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use cudarc::driver::sys as dsys;
 use symcomm_device::image::{DeviceImage, Module};
@@ -29,7 +29,62 @@ pub enum ModuleOrigin {
     Image,
 }
 
+/// A module loaded in a context, shared by every rank of the process that uses that context.
+struct Shared {
+    /// The `CUcontext` (as an address).
+    ctx: usize,
+    /// The embedded module (the address of its `'static` description).
+    module: usize,
+    loaded: Weak<CudaModule>,
+}
+
+/// Every module loaded through [`CudaDevice::shared_module`], while some kernel uses it.
+///
+/// Loading code is not free to happen at any time on a GPU that several ranks share: with lazy
+/// loading (`CUDA_MODULE_LOADING=LAZY`, the default since CUDA 12.2) a kernel is loaded when it
+/// is first needed, and loading may wait for the whole context to go idle. Ranks that are threads
+/// of one process share the primary context, so a rank loading a kernel while a peer's kernel
+/// waits for this rank's next launch hangs both until the device timeout (seen on an H200: each
+/// rank loading its own copy of the collectives and launching at once). So a module is loaded
+/// once per context and process, all its kernels forced in at that moment (`cuFuncLoad`), and
+/// every later load is a lookup here with no driver call; communicators load the built-in
+/// modules during init, before any rank can launch.
+static SHARED: Mutex<Vec<Shared>> = Mutex::new(Vec::new());
+
 impl CudaDevice {
+    /// `module` of `image` loaded in this device's context with every kernel of it loaded too
+    /// (`cuFuncLoad`): the process's one copy, loaded on first use ([`Self::load_module`]) and
+    /// unloaded when the last user drops it (see [`SHARED`] for why).
+    ///
+    /// # Errors
+    /// As [`Self::load_module`]; [`Error::UnknownKernel`] / [`Error::Cuda`] when a kernel the
+    /// image lists cannot be found or loaded.
+    pub(crate) fn shared_module(
+        &self,
+        image: &DeviceImage,
+        module: &'static Module,
+    ) -> Result<Arc<CudaModule>> {
+        let key = (self.ctx.ctx as usize, ptr::from_ref(module) as usize);
+        let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+        shared.retain(|s| s.loaded.strong_count() > 0);
+        if let Some(m) = shared
+            .iter()
+            .filter(|s| (s.ctx, s.module) == key)
+            .find_map(|s| s.loaded.upgrade())
+        {
+            return Ok(m);
+        }
+        let mut loaded = self.load_module(image, module)?;
+        loaded.resolve(module.kernels.iter().map(|k| k.name))?;
+        let loaded = Arc::new(loaded);
+        shared.push(Shared {
+            ctx: key.0,
+            module: key.1,
+            loaded: Arc::downgrade(&loaded),
+        });
+        Ok(loaded)
+    }
+
     /// Loads `module` of `image`: its fatbin when the build embedded one and it has code for
     /// this GPU, else its source compiled at run time with NVRTC for this GPU's architecture
     /// ([`Self::load_module_nvrtc`]). [`CudaModule::origin`] says which.
@@ -47,6 +102,7 @@ impl CudaDevice {
                 ctx: Arc::clone(&self.ctx),
                 module: handle,
                 origin: ModuleOrigin::Fatbin,
+                resolved: Vec::new(),
             }),
             Err((dsys::CUresult::CUDA_ERROR_NO_BINARY_FOR_GPU, _)) => {
                 tracing::info!(target: "symcomm::cuda", module = module.source, "fatbin has no code for this GPU; compiling with NVRTC");
@@ -96,6 +152,7 @@ impl CudaDevice {
             ctx: Arc::clone(&self.ctx),
             module,
             origin: ModuleOrigin::Image,
+            resolved: Vec::new(),
         })
     }
 
@@ -174,6 +231,17 @@ pub struct CudaModule {
     pub(super) ctx: Arc<Context>,
     module: dsys::CUmodule,
     origin: ModuleOrigin,
+    /// Kernels looked up and loaded once ([`Self::resolve`]): launches find them here, with no
+    /// driver call.
+    resolved: Vec<Resolved>,
+}
+
+/// A kernel of a module, loaded, with what launches check.
+#[derive(Debug)]
+struct Resolved {
+    name: &'static str,
+    func: dsys::CUfunction,
+    param_sizes: Option<Vec<usize>>,
 }
 
 // SAFETY: module handles may be used from any thread of the process (thread-safe driver API);
@@ -204,6 +272,55 @@ impl CudaModule {
     /// # Errors
     /// [`Error::UnknownKernel`] when the module has no such entry; [`Error::Cuda`] otherwise.
     pub fn function(&self, name: &str) -> Result<CudaFunction<'_>> {
+        if let Some(r) = self.resolved.iter().find(|r| r.name == name) {
+            return Ok(CudaFunction {
+                module: self,
+                func: r.func,
+                name: name.to_owned(),
+                param_sizes: r.param_sizes.clone(),
+            });
+        }
+        let (func, param_sizes) = self.lookup(name)?;
+        Ok(CudaFunction {
+            module: self,
+            func,
+            name: name.to_owned(),
+            param_sizes,
+        })
+    }
+
+    /// Looks up and loads every kernel of `names` now (`cuFuncLoad`; without it, on drivers
+    /// before 12.4, `cuFuncGetAttribute`, which needs the loaded code), so that no launch of
+    /// them loads code later (see [`SHARED`]).
+    fn resolve(&mut self, names: impl Iterator<Item = &'static str>) -> Result<()> {
+        for name in names {
+            let (func, param_sizes) = self.lookup(name)?;
+            if self.ctx.lib.has_func_load {
+                // SAFETY: the context is current (lookup bound it); `func` is a live function
+                // of this module.
+                check("cuFuncLoad", unsafe { dsys::cuFuncLoad(func) })?;
+            } else {
+                let mut regs: c_int = 0;
+                // SAFETY: as above; the out-pointer is a live local.
+                check("cuFuncGetAttribute", unsafe {
+                    dsys::cuFuncGetAttribute(
+                        &mut regs,
+                        dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NUM_REGS,
+                        func,
+                    )
+                })?;
+            }
+            self.resolved.push(Resolved {
+                name,
+                func,
+                param_sizes,
+            });
+        }
+        Ok(())
+    }
+
+    /// `cuModuleGetFunction` for `name`, and the parameter sizes when the driver tells them.
+    fn lookup(&self, name: &str) -> Result<(dsys::CUfunction, Option<Vec<usize>>)> {
         let cname = c_string("kernel name", name)?;
         self.ctx.bind()?;
         let mut func: dsys::CUfunction = ptr::null_mut();
@@ -221,12 +338,7 @@ impl CudaModule {
         } else {
             None
         };
-        Ok(CudaFunction {
-            module: self,
-            func,
-            name: name.to_owned(),
-            param_sizes,
-        })
+        Ok((func, param_sizes))
     }
 }
 
@@ -248,18 +360,37 @@ fn param_sizes(func: dsys::CUfunction) -> Vec<usize> {
     sizes
 }
 
-impl Drop for CudaModule {
-    fn drop(&mut self) {
+/// A module handle on its way to `cuModuleUnload` (a `CUmodule` as an integer: the unload may
+/// run on the reaper thread).
+struct Unload {
+    ctx: Arc<Context>,
+    module: usize,
+}
+
+impl Unload {
+    fn run(self) {
         if let Err(e) = self.ctx.bind() {
             tracing::warn!(target: "symcomm::cuda", error = %e, "module not unloaded");
             return;
         }
-        // SAFETY: the module was loaded in this context and is unloaded exactly once; the
-        // functions borrowed from it (`CudaFunction<'_>`) are gone.
-        let r = unsafe { dsys::cuModuleUnload(self.module) };
-        if r != dsys::CUresult::CUDA_SUCCESS {
+        // SAFETY: the module was loaded in this context and is unloaded exactly once (its
+        // CudaModule is gone, and with it every CudaFunction<'_> borrowed from it).
+        let r = unsafe { dsys::cuModuleUnload(self.module as dsys::CUmodule) };
+        if r != dsys::CUresult::CUDA_SUCCESS && r != dsys::CUresult::CUDA_ERROR_DEINITIALIZED {
             tracing::warn!(target: "symcomm::cuda", error = ?r, "cuModuleUnload failed");
         }
+    }
+}
+
+impl Drop for CudaModule {
+    fn drop(&mut self) {
+        // Unloading may wait for the context to go idle, like the frees of crate::sync_free: it
+        // runs at a moment when no symcomm stream has work in flight.
+        let unload = Unload {
+            ctx: Arc::clone(&self.ctx),
+            module: self.module as usize,
+        };
+        crate::sync_free::release(Box::new(move || unload.run()));
     }
 }
 

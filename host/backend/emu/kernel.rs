@@ -2,9 +2,10 @@
 //! emulated GPU.
 
 use std::ffi::c_void;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use symcomm_device::emu::EmuEntry;
-use symcomm_device::image::{DeviceImage, Kernel, KernelReport};
+use symcomm_device::image::{DeviceImage, Kernel, KernelReport, Module};
 
 use crate::Result;
 
@@ -12,22 +13,39 @@ use crate::Result;
 const EMU_GPU: u32 = 0;
 
 /// A kernel's emulator entry and what the emulator's residency needs to know of it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct EmuKernel {
     entry: EmuEntry,
     /// The kernel's sm_90 ptxas report (registers, static shared memory), when nvcc built it.
     report: Option<&'static KernelReport>,
+    /// Its module, "loaded" while any kernel of it lives.
+    _module: Arc<EmuModule>,
 }
 
+/// The emulator's stand-in for a module loaded on the GPU: nothing to load, but the first load of
+/// a module in the process (no live kernel of it) waits for every emulator stream to drain, as
+/// the CUDA driver's loading may wait for the context to go idle (lazy loading): a rank that
+/// loads new code while a peer's kernel waits for it hangs here as on a GPU.
+#[derive(Debug)]
+struct EmuModule;
+
+/// Modules of the process with a live kernel (the address of the module's description).
+static LOADED: Mutex<Vec<(usize, Weak<EmuModule>)>> = Mutex::new(Vec::new());
+
 impl EmuKernel {
-    /// `kernel` of `image`, for the emulator.
-    pub(crate) fn new(image: &'static DeviceImage, kernel: &'static Kernel) -> Self {
+    /// `kernel` of `module` of `image`, for the emulator.
+    pub(crate) fn new(
+        image: &'static DeviceImage,
+        module: &'static Module,
+        kernel: &'static Kernel,
+    ) -> Self {
         EmuKernel {
             entry: kernel.emu_entry,
             report: image
                 .report
                 .iter()
                 .find(|r| r.kernel == kernel.name && r.arch == "sm_90"),
+            _module: load(module),
         }
     }
 
@@ -87,4 +105,23 @@ impl EmuKernel {
         }?;
         Ok(())
     }
+}
+
+/// `module`'s stand-in, shared while any kernel of it lives; a first load drains every emulator
+/// stream first (see [`EmuModule`]).
+fn load(module: &'static Module) -> Arc<EmuModule> {
+    let key = std::ptr::from_ref(module) as usize;
+    let mut loaded = LOADED.lock().unwrap_or_else(PoisonError::into_inner);
+    loaded.retain(|(_, m)| m.strong_count() > 0);
+    if let Some(m) = loaded
+        .iter()
+        .filter(|(k, _)| *k == key)
+        .find_map(|(_, m)| m.upgrade())
+    {
+        return m;
+    }
+    crate::sync_free::emulated_context_sync();
+    let m = Arc::new(EmuModule);
+    loaded.push((key, Arc::downgrade(&m)));
+    m
 }
