@@ -53,9 +53,9 @@
 //! [`all_reduce_crossover`]. With two ranks both read the same peer bytes and two-shot only saves
 //! local traffic, so its crossover is far larger than with four or eight.
 //!
-//! The parameters ([`CUDA_PARAMS`], [`EMU_PARAMS`]) are placeholders from data sheets and NCCL's
-//! own constants until GPU measurements replace them; [`ModelParams`] is the one place to put
-//! measured figures.
+//! The parameters ([`CUDA_PARAMS`], [`EMU_PARAMS`]): CUDA's from the figures of an H200
+//! (`scripts/gpu-check`, ranks as threads on one GPU), the emulator's from `symcomm perf` on the
+//! CPU; [`ModelParams`] is the one place to put measured figures.
 
 use crate::{Error, Result, abi};
 
@@ -299,24 +299,25 @@ pub const LL_CTA_BYTES: u64 = (abi::SYMCOMM_LL_LINES as u64 - 1) * 8;
 /// [`ModelParams::ll_round_bytes`] and twice the bytes; one-shot and two-shot win there anyway).
 pub const LL_MAX_BYTES: u64 = 1 << 20;
 
-/// H200-class defaults — placeholders until GPU measurements replace them:
-/// - `launch_us` 4.0: `cuLaunchKernel` plus the host path; NCCL models its symmetric LL kernels
-///   on Hopper at 4.5 µs base latency (`reference/nccl.md` §4.4).
-/// - `barrier_us` 2.0: a flag store plus poll round trip over NVLink/NVSwitch (NCCL's per-hop
-///   NVLink latencies are 0.6–3.4 µs, §4.3).
-/// - `peer_read_gbps` 360: NCCL's Hopper "LSA bandwidth" (§4.4); NVLink 4 peaks at 450 GB/s per
-///   direction.
-/// - `local_gbps` 4000: HBM3e peaks at 4.8 TB/s; about 85 % of it for copies.
-/// - `ll_hop_us` 1.0: half a barrier's round trip.
-/// - `ll_round_bytes`: 16 CTAs of [`LL_CTA_BYTES`] (an H200's 132 SMs shared by 4 ranks and 2
-///   lanes give each call about that many co-resident CTAs).
+/// H200 figures (one H200, ranks as threads on it, `scripts/gpu-check` of 2026-12-04):
+/// - `launch_us` 4.0: one rank's share of the measured floor (an empty collective launched by 4
+///   ranks and waited for: 13.3 µs from the host); the same for every algorithm, so it moves no
+///   crossover.
+/// - `barrier_us` 2.0: a one-shot 8 KB all-reduce (two barriers) costs the floor + 4.1 µs.
+/// - `peer_read_gbps` 360, `local_gbps` 4000: with every peer on the same GPU both are HBM, but
+///   the measured crossover of one-shot and two-shot (4 ranks: equal up to 2 MB, two-shot 27 %
+///   faster at 4 MB and 1.5x at 256 MB) is where these place it; NVLink peers are 360 GB/s.
+/// - `ll_hop_us` 2.6 per [`LL_CTA_BYTES`] (`ll_round_bytes`): the host collectives' LL all-reduce
+///   (4 ranks, graphs) costs the floor + 0.5 µs at 8 B but + 8 µs at 8 KB and + 74 µs at 32 KB,
+///   about 2.6 µs per CTA's 2040 bytes, far more per byte than the device-level sweep's LL
+///   (floor + 0.6 µs at 8 KB); so LL is chosen only below about one CTA's bytes.
 pub const CUDA_PARAMS: ModelParams = ModelParams {
     launch_us: 4.0,
     barrier_us: 2.0,
     peer_read_gbps: 360.0,
     local_gbps: 4000.0,
-    ll_hop_us: 1.0,
-    ll_round_bytes: (16 * LL_CTA_BYTES) as f64,
+    ll_hop_us: 2.6,
+    ll_round_bytes: LL_CTA_BYTES as f64,
 };
 
 /// Emulator defaults — rough placeholders: a launch starts an OS thread per CTA (~300 µs), a
@@ -706,7 +707,7 @@ mod tests {
                     );
                     s *= 2;
                 }
-                // The model's placeholders: LL for tiny messages on GPUs, one-shot on the emulator.
+                // The calibrated model: LL for tiny messages on GPUs, one-shot on the emulator.
                 let tiny = match backend {
                     BackendKind::Cuda => Algorithm::Ll,
                     BackendKind::Emu => Algorithm::OneShot,
@@ -759,8 +760,8 @@ mod tests {
             assert_eq!(all_reduce_ll_limit(1, backend), None);
             assert_eq!(all_reduce_ll_limit(0, backend), None);
         }
-        // The placeholders' limits, pinned (they move when the parameters do).
-        assert_eq!(all_reduce_ll_limit(4, BackendKind::Cuda), Some(97_920));
+        // The H200-calibrated limits, pinned (they move when the parameters do).
+        assert_eq!(all_reduce_ll_limit(4, BackendKind::Cuda), Some(2_040));
         // A cheaper hop makes LL win on the emulator too (the search itself, off the defaults).
         let p = ModelParams {
             ll_hop_us: 25.0,
@@ -804,8 +805,8 @@ mod tests {
             }
         }
         assert_eq!(all_gather_ll_limit(1, BackendKind::Cuda), None);
-        // The placeholders' limit, pinned (it moves when the parameters do).
-        assert_eq!(all_gather_ll_limit(4, BackendKind::Cuda), Some(391_680));
+        // The H200-calibrated limit, pinned (it moves when the parameters do).
+        assert_eq!(all_gather_ll_limit(4, BackendKind::Cuda), Some(8_160));
     }
 
     #[test]
@@ -831,10 +832,10 @@ mod tests {
             ll_limit(Collective::AllReduce, 4, BackendKind::Cuda),
             all_reduce_ll_limit(4, BackendKind::Cuda)
         );
-        // The placeholders' limits, pinned (they move when the parameters do).
+        // The H200-calibrated limits, pinned (they move when the parameters do).
         let at4 = |c| ll_limit(c, 4, BackendKind::Cuda);
-        assert_eq!(at4(Collective::ReduceScatter), Some(377_952));
-        assert_eq!(at4(Collective::Broadcast), Some(97_920));
+        assert_eq!(at4(Collective::ReduceScatter), Some(8_160));
+        assert_eq!(at4(Collective::Broadcast), Some(2_040));
     }
 
     #[test]

@@ -316,7 +316,10 @@ pub(crate) fn goal_ratios(
     let ll = num(row("all_reduce_ll", small), "time_us");
     let one = num(row("all_reduce_one_shot", small), "time_us");
     let two = num(row("all_reduce_two_shot", large), "busbw_gbps");
-    let (Some(floor), Some(copy), Some(ll), Some(one), Some(two)) = (floor, copy, ll, one, two)
+    let two_algbw = num(row("all_reduce_two_shot", large), "algbw_gbps");
+    let two_ranks = num(figures.get("all_reduce_two_shot"), "nranks");
+    let (Some(floor), Some(copy), Some(ll), Some(one), Some(two), Some(two_algbw), Some(n)) =
+        (floor, copy, ll, one, two, two_algbw, two_ranks)
     else {
         return Err(format!(
             "figures missing: floor {floor:?}, {what} {copy:?}, ll {small} B {ll:?}, one-shot \
@@ -329,16 +332,22 @@ pub(crate) fn goal_ratios(
         "one_shot_small_over_floor": one / floor,
         "ll_small_minus_floor_us": ll - floor,
         "two_shot_large_busbw_over_copy": two / copy,
+        // The issue's measure: bytes the push two-shot moves through memory per second (each
+        // of the n ranks on the GPU reads its share of n inputs and writes it to n outputs: 2 S)
+        // over the copy's (reads plus writes: 2 bytes per byte copied).
+        "two_shot_large_moved_over_copy": n * two_algbw / copy,
     });
     println!(
         "# goals: {} all-reduce LL {ll:.2} us = floor + {:.2} us ({:.2}x), one-shot {one:.2} us \
-         ({:.2}x); {} two-shot busbw {two:.2} GB/s = {:.2} of {what}'s {copy:.2} GB/s",
+         ({:.2}x); {} two-shot busbw {two:.2} GB/s = {:.2} of {what}'s {copy:.2} GB/s, bytes \
+         moved {:.2} of the copy's",
         fmt_bytes(small),
         ll - floor,
         ll / floor,
         one / floor,
         fmt_bytes(large),
-        two / copy
+        two / copy,
+        n * two_algbw / copy
     );
     Ok((format!("{r}"), r))
 }

@@ -368,6 +368,7 @@ mod tests {
         let all = || SOURCES.iter().map(|(_, s)| *s);
         let mut driver = set(DRIVER_SYMBOLS);
         driver.insert(PARAM_INFO_SYMBOL.to_owned());
+        driver.insert(FUNC_LOAD_SYMBOL.to_owned());
         let vmm_listed = set(super::super::vmm::VMM_SYMBOLS);
         let cuda_calls = named_in(files(false), "dsys::", "cu", true);
         let vmm_calls = named_in(files(true), "dsys::", "cu", true);
