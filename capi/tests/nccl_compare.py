@@ -38,7 +38,12 @@ def sweep(args):
     import torch.distributed as dist
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    version = tuple(torch.cuda.nccl.version())[:3]
+    # The library torch's NCCL calls go to (a newer libnccl.so.2 may be preloaded), not the
+    # version torch was built against (torch.cuda.nccl.version(), a constant).
+    try:
+        version = tuple(dist.ProcessGroupNCCL.get_runtime_nccl_version())[:3]
+    except AttributeError:
+        version = tuple(torch.cuda.nccl.version())[:3]
     vtext = ".".join(map(str, version))
     if version[:2] < MIN_NCCL:
         if rank == 0:

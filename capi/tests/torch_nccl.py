@@ -10,9 +10,10 @@ Each rank checks, bit for bit, on values whose results are exact: ``all_reduce``
 int64 max, bfloat16 sum), ``all_gather_into_tensor``, ``reduce_scatter_tensor``, ``broadcast``,
 ``all_to_all_single``, ``send``/``recv`` in a ring (``batch_isend_irecv``: a group) and a
 ``new_group`` of the even ranks (``ncclCommSplit``); then times all-reduce at a few sizes
-(CUDA events, nccl-tests' algbw / busbw). It first checks that the NCCL torch loaded is ours
-(``torch.cuda.nccl.version()`` is symcomm-nccl's 2.21.5, not the wheel's). Exit status 0 when
-every check passed on every rank.
+(CUDA events, nccl-tests' algbw / busbw). It first checks that the NCCL torch calls is ours: the
+runtime version (``ncclGetVersion`` of the library torch's NCCL symbols bound to) is
+symcomm-nccl's 2.21.5, not the wheel's (``torch.cuda.nccl.version()`` is the version torch was
+built against, a constant: it cannot tell). Exit status 0 when every check passed on every rank.
 """
 
 import argparse
@@ -26,6 +27,19 @@ import torch.distributed as dist
 SYMCOMM_NCCL_VERSION = (2, 21, 5)
 
 
+def runtime_nccl_version():
+    """The version of the NCCL library torch's calls go to (``ncclGetVersion`` now), unlike
+    ``torch.cuda.nccl.version()``, which is the version torch was compiled against."""
+    try:
+        return tuple(dist.ProcessGroupNCCL.get_runtime_nccl_version())
+    except AttributeError:  # an older torch: ask the libnccl.so.2 the process has bound
+        import ctypes
+
+        v = ctypes.c_int()
+        ctypes.CDLL("libnccl.so.2").ncclGetVersion(ctypes.byref(v))
+        return (v.value // 10000, v.value // 100 % 100, v.value % 100)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--device", default="cuda:0")
@@ -36,9 +50,9 @@ def main():
     torch.cuda.set_device(dev)
     wrong = {}
 
-    version = torch.cuda.nccl.version()
+    version = runtime_nccl_version()
     if tuple(version)[:3] != SYMCOMM_NCCL_VERSION:
-        print(f"rank {rank}: torch loaded NCCL {version}, not symcomm-nccl "
+        print(f"rank {rank}: torch calls NCCL {version} at run time, not symcomm-nccl "
               f"{SYMCOMM_NCCL_VERSION}: LD_PRELOAD did not take", flush=True)
         return 1
 

@@ -47,17 +47,24 @@ namespace detail {
 /// The bounded wait under every wait of the library: calls `ready()` (which loads what it waits
 /// for and says whether it is there) until it returns true, the deadline passes (Timeout,
 /// recorded), the abort flag is raised (Aborted, recorded) or an error is already recorded on
-/// this rank (returned). The abort flag and the error record are host-mapped (a PCIe round trip
-/// per read on a GPU), so they are read on the first miss and then once every kFlagSpins spins,
-/// not every spin; the deadline is checked every spin (the timer is local).
+/// this rank (returned). The abort flag and the error record are host-mapped: a read is a PCIe
+/// round trip on a GPU, and LL waits poll with every thread of every CTA, so reading them per
+/// miss or per few spins floods PCIe (seen on an H200: the host collectives' LL rounds 12 times
+/// slower than with both in device memory). So they are read once kFlagNs of the timer have
+/// passed since the wait began or since they were last read; the deadline is checked every
+/// spin (the timer is local).
 template <typename Ready>
 SYMCOMM_DEVICE Status poll_ready(Thread t, const DevComm& comm, Ready ready, uint32_t peer, uint32_t op,
                                  uint64_t detail) {
-    constexpr uint32_t kFlagSpins = 64;
+    constexpr uint64_t kFlagNs = 20000;
     if (ready()) return Status::Ok;
     const uint64_t start = globaltimer_ns();
+    uint64_t checked = start;
     for (uint32_t spins = 0;; ++spins) {
-        if (spins % kFlagSpins == 0) {
+        if (ready()) return Status::Ok;
+        const uint64_t now = globaltimer_ns();
+        if (now - checked >= kFlagNs) {
+            checked = now;
             if (abort_requested(comm)) {
                 record_error(t, comm, Status::Aborted, peer, op, detail);
                 return Status::Aborted;
@@ -65,8 +72,7 @@ SYMCOMM_DEVICE Status poll_ready(Thread t, const DevComm& comm, Ready ready, uin
             const Status first = recorded_error(comm);
             if (first != Status::Ok) return first;
         }
-        if (ready()) return Status::Ok;
-        if (globaltimer_ns() - start > comm.timeout_ns) {
+        if (now - start > comm.timeout_ns) {
             record_error(t, comm, Status::Timeout, peer, op, detail);
             return Status::Timeout;
         }
