@@ -106,6 +106,7 @@ impl Communicator {
             options: options.clone(),
             op_timeout: config.timeout,
             gpu_ranks: 1,
+            gpu_ranks_in_process: 1,
             group: {
                 use std::hash::{Hash, Hasher};
                 let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -166,6 +167,12 @@ impl Communicator {
             .filter(|&r| all.get(r as usize) == Some(&mine))
             .collect();
         self.gpu_ranks = sharing.len().max(1) as u32;
+        let pid = |r: u32| self.table.get(r as usize).map(|t| t.pid);
+        self.gpu_ranks_in_process = sharing
+            .iter()
+            .filter(|&&r| pid(r) == pid(self.rank))
+            .count()
+            .max(1) as u32;
         if let Backend::Cuda(d) = &self.backend {
             self.warn_sharing(d.ordinal(), &sharing);
         }

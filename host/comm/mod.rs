@@ -165,6 +165,9 @@ pub struct Communicator {
     /// emulator every rank of the host shares emulated GPU 0): the co-residency budget of each
     /// GPU is divided among them.
     gpu_ranks: u32,
+    /// Of those, the ranks in this rank's process (itself included): they share one CUDA
+    /// context, and with it the legacy default stream.
+    gpu_ranks_in_process: u32,
     /// The same on every rank of this communicator and different for another one (a hash of
     /// its UniqueId): tells this communicator's ranks apart from other communicators' in the
     /// process-wide stream registry of the collectives.

@@ -276,12 +276,12 @@ impl Communicator {
                     .into(),
             ));
         }
-        if matches!(stream.cuda_raw(), Some(0 | 1)) && self.gpu_ranks > 1 {
+        if legacy_stream_shared(stream.cuda_raw(), self.gpu_ranks_in_process) {
             return Err(Error::InvalidArgument(format!(
-                "the legacy default stream: {} ranks share this GPU, and their kernels on one \
-                 stream would run one after the other while they wait for each other; create \
-                 a stream per rank (comm.create_stream())",
-                self.gpu_ranks
+                "the legacy default stream: {} ranks of this process share this GPU, and their \
+                 kernels on one stream would run one after the other while they wait for each \
+                 other; create a stream per rank (comm.create_stream())",
+                self.gpu_ranks_in_process
             )));
         }
         let free = lanes.iter().find(|l| l.binding().in_use().is_none());
@@ -367,5 +367,32 @@ impl Communicator {
                 }
             }
         }
+    }
+}
+
+/// Whether a CUDA stream handle `raw` is the legacy default stream (0, or `CU_STREAM_LEGACY`) of
+/// a context that `ranks` ranks of one communicator share on one GPU (ranks as threads of one
+/// process): their kernels would queue behind each other on it while each waits for the others.
+/// Ranks in separate processes each have their own legacy stream (PyTorch's blocking NCCL calls
+/// pass it).
+fn legacy_stream_shared(raw: Option<u64>, ranks: u32) -> bool {
+    matches!(raw, Some(0 | 1)) && ranks > 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::legacy_stream_shared;
+
+    #[test]
+    fn the_legacy_stream_is_refused_only_when_ranks_share_the_process() {
+        // Ranks as threads of one process on one GPU: refused (0 and CU_STREAM_LEGACY).
+        assert!(legacy_stream_shared(Some(0), 4));
+        assert!(legacy_stream_shared(Some(1), 2));
+        // One rank of this process on the GPU (ranks as processes, torch's NCCL): its own.
+        assert!(!legacy_stream_shared(Some(0), 1));
+        // Other streams (per-thread default stream 2, created streams) and the emulator.
+        assert!(!legacy_stream_shared(Some(2), 4));
+        assert!(!legacy_stream_shared(Some(0x7f00_1234_0000), 4));
+        assert!(!legacy_stream_shared(None, 4));
     }
 }
