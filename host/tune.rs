@@ -307,17 +307,17 @@ pub const LL_MAX_BYTES: u64 = 1 << 20;
 /// - `peer_read_gbps` 360, `local_gbps` 4000: with every peer on the same GPU both are HBM, but
 ///   the measured crossover of one-shot and two-shot (4 ranks: equal up to 2 MB, two-shot 27 %
 ///   faster at 4 MB and 1.5x at 256 MB) is where these place it; NVLink peers are 360 GB/s.
-/// - `ll_hop_us` 2.6 per [`LL_CTA_BYTES`] (`ll_round_bytes`): the host collectives' LL all-reduce
-///   (4 ranks, graphs) costs the floor + 0.5 µs at 8 B but + 8 µs at 8 KB and + 74 µs at 32 KB,
-///   about 2.6 µs per CTA's 2040 bytes, far more per byte than the device-level sweep's LL
-///   (floor + 0.6 µs at 8 KB); so LL is chosen only below about one CTA's bytes.
+/// - `ll_hop_us` 3.0 per round of 16 CTAs of [`LL_CTA_BYTES`] (`ll_round_bytes`; 4 ranks on an
+///   H200 share the GPU's CTAs so that a call gets 16): the host collectives' LL all-reduce
+///   (4 ranks) costs about 10 µs up to 32 KB (one round; one-shot 12–15 µs), then about 3 µs
+///   per further round (512 KB: 56 µs, 2 MB: 198 µs).
 pub const CUDA_PARAMS: ModelParams = ModelParams {
     launch_us: 4.0,
     barrier_us: 2.0,
     peer_read_gbps: 360.0,
     local_gbps: 4000.0,
-    ll_hop_us: 2.6,
-    ll_round_bytes: LL_CTA_BYTES as f64,
+    ll_hop_us: 3.0,
+    ll_round_bytes: (16 * LL_CTA_BYTES) as f64,
 };
 
 /// Emulator defaults — rough placeholders: a launch starts an OS thread per CTA (~300 µs), a
@@ -761,7 +761,7 @@ mod tests {
             assert_eq!(all_reduce_ll_limit(0, backend), None);
         }
         // The H200-calibrated limits, pinned (they move when the parameters do).
-        assert_eq!(all_reduce_ll_limit(4, BackendKind::Cuda), Some(2_040));
+        assert_eq!(all_reduce_ll_limit(4, BackendKind::Cuda), Some(32_640));
         // A cheaper hop makes LL win on the emulator too (the search itself, off the defaults).
         let p = ModelParams {
             ll_hop_us: 25.0,
@@ -806,7 +806,7 @@ mod tests {
         }
         assert_eq!(all_gather_ll_limit(1, BackendKind::Cuda), None);
         // The H200-calibrated limit, pinned (it moves when the parameters do).
-        assert_eq!(all_gather_ll_limit(4, BackendKind::Cuda), Some(8_160));
+        assert_eq!(all_gather_ll_limit(4, BackendKind::Cuda), Some(130_560));
     }
 
     #[test]
@@ -834,8 +834,8 @@ mod tests {
         );
         // The H200-calibrated limits, pinned (they move when the parameters do).
         let at4 = |c| ll_limit(c, 4, BackendKind::Cuda);
-        assert_eq!(at4(Collective::ReduceScatter), Some(8_160));
-        assert_eq!(at4(Collective::Broadcast), Some(2_040));
+        assert_eq!(at4(Collective::ReduceScatter), Some(130_560));
+        assert_eq!(at4(Collective::Broadcast), Some(32_640));
     }
 
     #[test]

@@ -347,13 +347,26 @@ impl<'c> Bench<'c> {
         ])
     }
 
-    /// GB/s of a stream-ordered copy of `bytes` between two ordinary buffers of this rank
-    /// (mean of `iters` copies after one warm-up), every rank at once.
+    /// GB/s of a stream-ordered copy of `bytes` between two ordinary buffers of rank 0 (mean
+    /// of `iters` copies after one warm-up), made while the other ranks wait: ranks sharing a GPU
+    /// would otherwise split its bandwidth (on an H200 with 4 ranks each saw a quarter). 0 on the
+    /// other ranks (only rank 0's figure is reported).
     fn copy_bandwidth(&self, bytes: u64, iters: u32) -> Result<f64, Failure> {
+        self.comm.barrier()?;
+        let gbps = if self.comm.rank() == 0 {
+            self.timed_copies(bytes, iters)?
+        } else {
+            0.0
+        };
+        self.comm.barrier()?;
+        Ok(gbps)
+    }
+
+    /// [`Self::copy_bandwidth`]'s copies on this rank.
+    fn timed_copies(&self, bytes: u64, iters: u32) -> Result<f64, Failure> {
         let len = usize::try_from(bytes.max(1)).unwrap_or(usize::MAX);
         let src = self.comm.alloc_buffer(len)?;
         let dst = self.comm.alloc_buffer(len)?;
-        self.comm.barrier()?;
         let copy = || {
             // SAFETY: both buffers hold `len` bytes, do not overlap, and outlive the copies
             // (synchronized below before they drop).
