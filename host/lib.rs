@@ -36,6 +36,7 @@ mod sync_free;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tune;
+mod ucx;
 
 // Communicators, symmetric windows and host collectives.
 pub use comm::coll::{DEFAULT_STAGING_BYTES, LANE_BARRIERS, MAX_STREAMS};

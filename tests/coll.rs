@@ -26,13 +26,13 @@ mod support;
 use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use support::{with_ranks, with_ranks_using};
+use support::{try_with_ranks_on_hosts, with_ranks, with_ranks_using};
 
 use support::values::{
     DTYPES, DType, OPS, Rng, input_exact, op_name, raw_bits, red_op, reduce_vals, seed,
 };
 use symcomm::tune::{self, Algorithm, BackendKind, Collective};
-use symcomm::{Buffer, BufferRef, CommOptions, Communicator, Stream, Window};
+use symcomm::{Buffer, BufferRef, CommOptions, Communicator, Device, Stream, Window};
 
 // ---------------------------------------------------------------------------------------------
 // Cases.
@@ -299,10 +299,10 @@ fn select_cases(n: u32, rng: &mut Rng) -> Vec<Case> {
 // ---------------------------------------------------------------------------------------------
 // Running a case on one rank.
 
-/// One rank's windows and buffers, each `cap` bytes.
+/// One rank's windows and buffers, each `cap` bytes (no windows across hosts).
 struct Mem {
-    a: Window<u8>,
-    b: Window<u8>,
+    a: Option<Window<u8>>,
+    b: Option<Window<u8>>,
     c: Buffer,
     d: Buffer,
     cap: usize,
@@ -310,19 +310,25 @@ struct Mem {
 
 impl Mem {
     fn new(comm: &Communicator, cap: usize) -> Mem {
+        let windows = comm.spans_one_host();
         Mem {
-            a: comm.alloc_window(cap).unwrap(),
-            b: comm.alloc_window(cap).unwrap(),
+            a: windows.then(|| comm.alloc_window(cap).unwrap()),
+            b: windows.then(|| comm.alloc_window(cap).unwrap()),
             c: comm.alloc_buffer(cap).unwrap(),
             d: comm.alloc_buffer(cap).unwrap(),
             cap,
         }
     }
 
+    fn window(&self, m: MemId) -> &Window<u8> {
+        let w = if m == MemId::A { &self.a } else { &self.b };
+        w.as_ref().expect("a case across hosts uses no window")
+    }
+
     fn write(&self, m: MemId, bytes: &[u8]) -> symcomm::Result<()> {
         match m {
-            MemId::A => self.a.write(0, bytes),
-            MemId::B => self.b.write(0, bytes),
+            MemId::A => self.window(m).write(0, bytes),
+            MemId::B => self.window(m).write(0, bytes),
             MemId::C => self.c.write(0, bytes),
             MemId::D => self.d.write(0, bytes),
         }
@@ -331,8 +337,8 @@ impl Mem {
     fn read(&self, m: MemId, len: usize) -> symcomm::Result<Vec<u8>> {
         let mut out = vec![0u8; len];
         match m {
-            MemId::A => self.a.read(0, &mut out),
-            MemId::B => self.b.read(0, &mut out),
+            MemId::A => self.window(m).read(0, &mut out),
+            MemId::B => self.window(m).read(0, &mut out),
             MemId::C => self.c.read(0, &mut out),
             MemId::D => self.d.read(0, &mut out),
         }?;
@@ -345,7 +351,7 @@ impl Mem {
         let len = if whole { self.cap - off } else { len };
         match m {
             MemId::A | MemId::B => {
-                let w = if m == MemId::A { &self.a } else { &self.b };
+                let w = self.window(m);
                 if whole && off == 0 {
                     w.into()
                 } else {
@@ -540,9 +546,42 @@ fn group(n: u32) {
     run_group(n, "", &cases, &options, true);
 }
 
+/// A group with rank `r` on simulated host `hosts[r]` (UCX over TCP between hosts): the
+/// seeded selection with `Buffer`s only (windows do not span hosts).
+fn across_hosts(hosts: &[&str]) {
+    let n = hosts.len() as u32;
+    let seed = seed();
+    let mut rng = Rng(seed ^ (u64::from(n) << 32) ^ 0x4057);
+    let mut cases = select_cases(n, &mut rng);
+    for c in &mut cases {
+        c.place = Place::Buffers;
+    }
+    let options = CommOptions::default().with_device_timeout(Duration::from_secs(30));
+    run_group_on(
+        hosts,
+        &format!(" (hosts {hosts:?})"),
+        &cases,
+        &options,
+        false,
+    );
+}
+
 /// Runs `cases` on a communicator of `n` ranks made with `options` (`what` labels the group's
 /// line), checking the algorithm choice too when `algorithms`.
 fn run_group(n: u32, what: &str, cases: &[Case], options: &CommOptions, algorithms: bool) {
+    let hosts = vec!["test-host"; n as usize];
+    run_group_on(&hosts, what, cases, options, algorithms);
+}
+
+/// [`run_group`] with rank `r` on simulated host `hosts[r]`.
+fn run_group_on(
+    hosts: &[&str],
+    what: &str,
+    cases: &[Case],
+    options: &CommOptions,
+    algorithms: bool,
+) {
+    let n = hosts.len() as u32;
     let cap = cases
         .iter()
         .flat_map(|c| {
@@ -572,7 +611,7 @@ fn run_group(n: u32, what: &str, cases: &[Case], options: &CommOptions, algorith
     };
     let (two_shot, ll) = (of_algo(Algorithm::TwoShot), of_algo(Algorithm::Ll));
     let t = Instant::now();
-    let per_rank = with_ranks_using(n, options, |comm| {
+    let per_rank = try_with_ranks_on_hosts(Device::Emu, hosts, options, |comm| {
         let algo = if algorithms {
             check_algorithms(&comm)
         } else {
@@ -589,8 +628,9 @@ fn run_group(n: u32, what: &str, cases: &[Case], options: &CommOptions, algorith
                 break;
             }
         }
-        (algo, outs)
-    });
+        Ok((algo, outs))
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
     let secs = t.elapsed().as_secs_f64();
 
     let mut failures: Vec<String> = Vec::new();
@@ -628,6 +668,22 @@ fn run_group(n: u32, what: &str, cases: &[Case], options: &CommOptions, algorith
         failures.first().map_or("", String::as_str),
         cases.len()
     );
+}
+
+#[test]
+fn two_hosts_of_two_ranks() {
+    across_hosts(&["host-a", "host-a", "host-b", "host-b"]);
+}
+
+#[test]
+fn three_hosts_of_one_rank() {
+    across_hosts(&["host-a", "host-b", "host-c"]);
+}
+
+#[test]
+fn two_hosts_uneven_and_interleaved() {
+    // Host a holds ranks 0 and 2, host b rank 1: the hosts' ranks are not contiguous.
+    across_hosts(&["host-a", "host-b", "host-a"]);
 }
 
 #[test]

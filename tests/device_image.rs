@@ -440,10 +440,11 @@ fn the_ptx_uses_the_intended_memory_ordering_and_vector_forms() {
 }
 
 /// Built-in kernels that work on this rank's memory only (the pre-multiplication of a
-/// pre-multiplied sum; the unfused half of the fused RMSNorm kernel): they communicate with no
-/// one. With `true`, the kernel records refused arguments in the rank's error record (its one
+/// pre-multiplied sum; the combining step of multi-host collectives; the unfused half of the
+/// fused RMSNorm kernel): they communicate with no one. With `true`, the kernel records refused arguments in the rank's error record (its one
 /// system-scope CAS).
 const LOCAL_KERNELS: &[(&str, bool)] = &[
+    ("symcomm_combine", false),
     ("symcomm_premul", false),
     ("symcomm_residual_rmsnorm_bf16", true),
     ("symcomm_residual_rmsnorm_f32", true),

@@ -74,14 +74,14 @@ pub(super) struct CollState {
 }
 
 /// One validated call.
-struct Call<'a> {
-    coll: Collective,
-    send: BufferRef<'a>,
-    recv: BufferRef<'a>,
-    count: u64,
-    dtype: DataType,
-    op: RedOp,
-    root: u32,
+pub(super) struct Call<'a> {
+    pub(super) coll: Collective,
+    pub(super) send: BufferRef<'a>,
+    pub(super) recv: BufferRef<'a>,
+    pub(super) count: u64,
+    pub(super) dtype: DataType,
+    pub(super) op: RedOp,
+    pub(super) root: u32,
 }
 
 /// (blocks of `count` elements in the send buffer, in the receive buffer).
@@ -384,6 +384,9 @@ impl Communicator {
             return Ok(());
         }
         self.control.begin_call()?;
+        if !self.spans_one_host() {
+            return self.collective_across_hosts(&call, stream);
+        }
         let lane = self.lane(stream)?;
         let n = u64::from(self.nranks);
         let (sb, rb) = layout(coll, n);

@@ -119,6 +119,7 @@ impl Communicator {
             exchange_seq: Mutex::new(0),
             lineage: Lineage::new(config),
             _builtins: builtins,
+            hosts: std::sync::OnceLock::new(),
             control,
             block,
             me: Weak::new(),
@@ -137,10 +138,14 @@ impl Communicator {
             start.elapsed().as_secs_f64() * 1e3,
             comm.local.ranks()
         );
-        Ok(Arc::new_cyclic(|me| {
+        let comm = Arc::new_cyclic(|me| {
             comm.me = Weak::clone(me);
             comm
-        }))
+        });
+        if !comm.spans_one_host() {
+            comm.set_up_hosts();
+        }
+        Ok(comm)
     }
 
     /// Every rank of the team uses the same kind of device, and on CUDA every GPU can reach

@@ -19,6 +19,7 @@ mod alloc;
 pub(crate) mod coll;
 mod control;
 mod fdpass;
+mod hosts;
 mod init;
 mod memory;
 mod options;
@@ -181,6 +182,9 @@ pub struct Communicator {
     /// symcomm's own kernels, loaded at init and held for the communicator's life (see
     /// [`Kernel`](crate::Kernel): no collective loads code while peers wait).
     _builtins: Vec<crate::stream::Kernel>,
+    /// Across hosts: this host's communicator and the UCX endpoints, set up by init
+    /// (`hosts.rs`), or why they could not be.
+    hosts: std::sync::OnceLock<std::result::Result<Arc<hosts::Hosts>, String>>,
     control: Control,
     block: Arc<ControlBlock>,
     /// This communicator's own `Arc` (every communicator lives in one): what windows and
@@ -409,8 +413,8 @@ impl Communicator {
 
     fn multi_host(&self, what: &str) -> Error {
         Error::Unsupported(format!(
-            "{what} need every rank on one host; rank {}'s host has ranks {:?} of {} (no \
-             inter-node transport yet)",
+            "{what} need every rank on one host; rank {}'s host has ranks {:?} of {} (across \
+             hosts, use ordinary buffers with the host collectives, which go over UCX)",
             self.rank,
             self.local.ranks(),
             self.nranks

@@ -46,11 +46,15 @@ pub(crate) enum Tag {
     /// [`Communicator::split`](crate::Communicator::split): every rank's request
     /// ([`SplitRequest`]).
     Split = 0x301,
+    /// The first collective across hosts: every rank started UCX (a status).
+    Ucx = 0x302,
+    /// The first collective across hosts: every rank's UCX worker address (raw bytes).
+    UcxAddress = 0x303,
 }
 
 impl Tag {
     /// Every tag, for lookups by number.
-    const ALL: [Tag; 11] = [
+    const ALL: [Tag; 13] = [
         Tag::Init,
         Tag::Links,
         Tag::LinksDone,
@@ -62,6 +66,8 @@ impl Tag {
         Tag::Lane,
         Tag::Barrier,
         Tag::Split,
+        Tag::Ucx,
+        Tag::UcxAddress,
     ];
 
     /// The wire number.
@@ -331,7 +337,8 @@ mod tests {
         assert_eq!(
             numbers,
             [
-                0x100, 0x101, 0x102, 0x103, 0x104, 0x200, 0x201, 0x202, 0x203, 0x300, 0x301
+                0x100, 0x101, 0x102, 0x103, 0x104, 0x200, 0x201, 0x202, 0x203, 0x300, 0x301, 0x302,
+                0x303
             ]
         );
         for t in Tag::ALL {

@@ -316,8 +316,8 @@ fn decode_payload(kind: FrameType, p: &[u8], nranks: u32) -> Result<Message, Fra
 
 /// The control-plane steps' tag numbers (`comm::payload::Tag`) whose contributions have a
 /// decoder: every tag but the barrier's, which carries no payload.
-pub const CONTROL_TAGS: [u32; 10] = [
-    0x100, 0x101, 0x102, 0x103, 0x104, 0x200, 0x201, 0x202, 0x203, 0x301,
+pub const CONTROL_TAGS: [u32; 12] = [
+    0x100, 0x101, 0x102, 0x103, 0x104, 0x200, 0x201, 0x202, 0x203, 0x301, 0x302, 0x303,
 ];
 
 /// Decodes `data` as a rank's contribution to the control-plane step numbered `tag` (the data
@@ -330,7 +330,7 @@ pub fn control_round_trip(tag: u32, data: &[u8]) -> Option<Result<Vec<u8>, Strin
     use crate::comm::payload::{self as p, Tag};
     let text = |e: FrameError| e.to_string();
     Some(match Tag::from_code(tag)? {
-        Tag::Init | Tag::LinksDone | Tag::P2p | Tag::Segment | Tag::Mapped => {
+        Tag::Init | Tag::LinksDone | Tag::P2p | Tag::Segment | Tag::Mapped | Tag::Ucx => {
             p::decode_status(data)
                 .map(|s| p::encode_status(&s))
                 .map_err(text)
@@ -350,6 +350,7 @@ pub fn control_round_trip(tag: u32, data: &[u8]) -> Option<Result<Vec<u8>, Strin
         Tag::Split => p::decode_split_request(data)
             .map(|r| p::encode_split_request(&r))
             .map_err(text),
+        Tag::UcxAddress => Ok(data.to_vec()),
         Tag::Barrier => return None,
     })
 }

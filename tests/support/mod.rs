@@ -62,6 +62,18 @@ pub(crate) fn try_with_ranks_on<T: Send>(
     options: &CommOptions,
     body: impl Fn(Arc<Communicator>) -> std::result::Result<T, String> + Sync,
 ) -> std::result::Result<Vec<T>, String> {
+    try_with_ranks_on_hosts(device, &vec!["test-host"; nranks as usize], options, body)
+}
+
+/// [`try_with_ranks_on`] with rank `r` on simulated host `hosts[r]` (its `SYMCOMM_HOST_ID`):
+/// ranks with different ids are on different hosts (UCX between them).
+pub(crate) fn try_with_ranks_on_hosts<T: Send>(
+    device: Device,
+    hosts: &[&str],
+    options: &CommOptions,
+    body: impl Fn(Arc<Communicator>) -> std::result::Result<T, String> + Sync,
+) -> std::result::Result<Vec<T>, String> {
+    let nranks = hosts.len() as u32;
     let id = UniqueId::new_on(IpAddr::V4(Ipv4Addr::LOCALHOST)).map_err(|e| e.to_string())?;
     thread::scope(|s| {
         let handles: Vec<_> = (0..nranks)
@@ -70,7 +82,7 @@ pub(crate) fn try_with_ranks_on<T: Send>(
                 s.spawn(move || {
                     let c = BootstrapConfig::new(id.clone(), r, nranks)
                         .with_timeout(Duration::from_secs(60))
-                        .with_host_id("test-host");
+                        .with_host_id(hosts[r as usize]);
                     let comm = Communicator::init_with(&c, device, options)
                         .map_err(|e| format!("init: {e}"))?;
                     body(comm)

@@ -242,13 +242,16 @@ impl Communicator {
             _borrow: PhantomData,
         };
         build(&mut group)?;
-        self.check_stream(stream, "send/recv")?;
+        self.check_backend(stream, "send/recv")?;
         self.check_error()?;
         if group.ops.is_empty() {
             return Ok(());
         }
         for op in &group.ops {
             self.control.check_peer(op.peer)?;
+        }
+        if !self.spans_one_host() {
+            return self.group_across_hosts(&group.ops, stream);
         }
         let lane = self.lane(stream)?;
         let threads = tune::base_threads(self.geometry_kind());

@@ -176,8 +176,8 @@ impl RedOp {
 #[derive(Debug, Clone, Copy)]
 pub struct BufferRef<'a> {
     /// Device address of this rank's first byte.
-    pub(super) addr: u64,
-    pub(super) bytes: u64,
+    pub(in crate::comm) addr: u64,
+    pub(in crate::comm) bytes: u64,
     /// The whole window and the byte offset into it, with its communicator's identity.
     pub(super) window: Option<(WindowHandleRaw, u64, usize)>,
     /// The [`Buffer`] the memory belongs to: calls record their last use of it, which its drop
@@ -204,6 +204,30 @@ impl<'a> BufferRef<'a> {
             buffer: None,
             mapping: None,
             _borrow: PhantomData,
+        }
+    }
+
+    /// No memory (a placeholder the validation refuses).
+    pub(in crate::comm) fn empty() -> BufferRef<'a> {
+        BufferRef {
+            addr: 0,
+            bytes: 0,
+            window: None,
+            buffer: None,
+            mapping: None,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// Bytes `offset..offset + bytes` of this buffer (within it: the caller checked), for the
+    /// phases of a collective across hosts.
+    pub(in crate::comm) fn part(&self, offset: u64, bytes: u64) -> BufferRef<'a> {
+        debug_assert!(offset + bytes <= self.bytes);
+        BufferRef {
+            addr: self.addr + offset,
+            bytes,
+            window: self.window.map(|(w, off, owner)| (w, off + offset, owner)),
+            ..*self
         }
     }
 

@@ -1,0 +1,1050 @@
+//! Collectives across hosts: hierarchical, with the ranks of each host as a communicator of their
+//! own (split from this one: symmetric memory and the built-in kernels) and UCX between hosts.
+//!
+//! Every call has the same three phases: the host's ranks combine or spread the data among
+//! themselves (a collective of the host's communicator), its *leader* (the root, on the root's
+//! host; elsewhere the host's first rank) exchanges the host's part with the other hosts over UCX
+//! (all-to-all: every rank with every remote rank), and the host's ranks spread what came back.
+//! Reductions happen on the device: the leader receives every host's partial result and combines
+//! them in host order with `symcomm_combine`, so every host gets the same bits.
+//!
+//! The UCX phase runs on the calling thread: the call waits until its stream has run the first
+//! phase (so it blocks, and cannot be captured in a graph), moves the bytes within
+//! [`Communicator::op_timeout`] and returns with the last phase queued.
+
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::Instant;
+
+use super::Communicator;
+use super::coll::{BufferRef, Call};
+use super::payload::Tag;
+use crate::image::DEVICE_IMAGE;
+use crate::stream::{Buffer, Event, Kernel, KernelArgs, LaunchConfig, Stream};
+use crate::tune::Collective;
+use crate::ucx::{Op, Ucx};
+use crate::{Error, RedOp, Result};
+use symcomm_device::abi::{P2pOp, SYMCOMM_P2P_RECV, SYMCOMM_P2P_SEND};
+
+/// Threads per CTA and the largest grid of the combining kernel (a grid-stride loop).
+const COMBINE_THREADS: u32 = 256;
+const COMBINE_MAX_CTAS: u64 = 1024;
+
+/// Bytes of a worker address per host all-gather round (a contribution holds at most
+/// `MAX_GATHER` bytes).
+const ADDRESS_CHUNK: usize = 960;
+
+/// The multi-host state of a communicator, set up by its first collective across hosts.
+pub(super) struct Hosts {
+    /// This host's ranks (rank `i` of it is `hosts[mine][i]` of the parent).
+    local: Arc<Communicator>,
+    ucx: Ucx,
+    /// Every host's ranks (ranks of the parent, ascending), hosts in the order of their first
+    /// rank.
+    hosts: Vec<Vec<u32>>,
+    /// This rank's host.
+    mine: usize,
+    combine: OnceLock<Kernel>,
+    calls: Mutex<Calls>,
+}
+
+/// What consecutive calls share (one call at a time).
+struct Calls {
+    /// The number of the next call (the same on every rank): the UCX tag of its messages.
+    seq: u64,
+    /// Scratch device memory, grown on demand.
+    scratch: [Option<Buffer>; 2],
+    /// Recorded after the previous call's last phase: the scratch memory is free once it ran.
+    last: Option<Event>,
+    /// Messages sent to and received from each rank by send/recv (their UCX tags, with
+    /// [`P2P_TAG`]).
+    sent: Vec<u64>,
+    received: Vec<u64>,
+}
+
+/// The tag bit of send/recv messages (collectives number their messages by call, send/recv per
+/// pair of ranks).
+const P2P_TAG: u64 = 1 << 43;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The ranks of every host in `host_ids` (one per rank), hosts in the order of their first rank.
+fn group_hosts<'a>(host_ids: impl IntoIterator<Item = &'a str>) -> Vec<Vec<u32>> {
+    let mut names: Vec<&str> = Vec::new();
+    let mut hosts: Vec<Vec<u32>> = Vec::new();
+    for (rank, id) in (0u32..).zip(host_ids) {
+        match names.iter().position(|n| *n == id) {
+            Some(h) => hosts[h].push(rank),
+            None => {
+                names.push(id);
+                hosts.push(vec![rank]);
+            }
+        }
+    }
+    hosts
+}
+
+impl Communicator {
+    /// Sets up the multi-host state (a collective step of init, on communicators whose ranks
+    /// span several hosts). A failure (no UCX on some rank) is kept and returned by every call
+    /// that needs the state, not by init: the control plane works without it.
+    pub(super) fn set_up_hosts(&self) {
+        let state = Hosts::new(self).map(Arc::new).map_err(|e| {
+            tracing::warn!(
+                target: "symcomm::hosts",
+                "rank {}: collectives across hosts are unavailable: {e}",
+                self.rank
+            );
+            e.to_string()
+        });
+        let _ = self.hosts.set(state);
+    }
+
+    /// The multi-host state.
+    fn hosts(&self) -> Result<Arc<Hosts>> {
+        match self.hosts.get() {
+            Some(Ok(h)) => Ok(Arc::clone(h)),
+            Some(Err(e)) => Err(Error::Unsupported(format!(
+                "communication across hosts could not be set up: {e}"
+            ))),
+            None => Err(self.multi_host("communication across hosts")),
+        }
+    }
+
+    /// A validated collective call of a communicator whose ranks span several hosts.
+    pub(super) fn collective_across_hosts(&self, call: &Call<'_>, stream: &Stream) -> Result<()> {
+        if stream.is_capturing() {
+            return Err(Error::Unsupported(format!(
+                "{} across hosts cannot be captured in a graph (its inter-host phase runs on \
+                 the calling thread)",
+                call.coll.name()
+            )));
+        }
+        let hosts = self.hosts()?;
+        hosts.run(self, call, stream)
+    }
+}
+
+impl Communicator {
+    /// A validated send/recv group of a communicator whose ranks span several hosts: the
+    /// operations with ranks of this host as one group of the host's communicator, the others
+    /// over UCX (through scratch memory); returns when every operation has finished.
+    pub(super) fn group_across_hosts(&self, ops: &[P2pOp], stream: &Stream) -> Result<()> {
+        if stream.is_capturing() {
+            return Err(Error::Unsupported(
+                "send/recv across hosts cannot be captured in a graph (its inter-host phase \
+                 runs on the calling thread)"
+                    .to_owned(),
+            ));
+        }
+        let hosts = self.hosts()?;
+        hosts.group(self, ops, stream)
+    }
+}
+
+/// One direction of a send/recv operation.
+#[derive(Clone, Copy)]
+struct Part {
+    addr: u64,
+    bytes: u64,
+    peer: u32,
+    send: bool,
+}
+
+impl Hosts {
+    fn group(&self, comm: &Communicator, ops: &[P2pOp], stream: &Stream) -> Result<()> {
+        let mut calls = lock(&self.calls);
+        if let Some(e) = calls.last.take() {
+            e.synchronize()?;
+        }
+        let mut parts = Vec::with_capacity(ops.len() * 2);
+        for o in ops {
+            let part = |peer, send| Part {
+                addr: o.addr,
+                bytes: o.bytes,
+                peer,
+                send,
+            };
+            match o.kind {
+                SYMCOMM_P2P_SEND => parts.push(part(o.peer, true)),
+                SYMCOMM_P2P_RECV => parts.push(part(o.peer, false)),
+                _ => parts.extend([part(o.peer, true), part(o.recv_peer, false)]),
+            }
+        }
+        let here = &self.hosts[self.mine];
+        let (local, remote): (Vec<Part>, Vec<Part>) =
+            parts.into_iter().partition(|p| here.contains(&p.peer));
+        // Scratch 0: every remote message, one 16-byte aligned block each.
+        let mut offsets = Vec::with_capacity(remote.len());
+        let mut at = 0u64;
+        for p in &remote {
+            offsets.push(at);
+            at += p.bytes.next_multiple_of(16);
+        }
+        let calls = &mut *calls;
+        let (sent, received) = (&mut calls.sent, &mut calls.received);
+        let mut msgs: Vec<(bool, Msg, u64)> = Vec::with_capacity(remote.len());
+        for (p, &offset) in remote.iter().zip(&offsets) {
+            let counter = if p.send {
+                &mut sent[p.peer as usize]
+            } else {
+                &mut received[p.peer as usize]
+            };
+            let tag = P2P_TAG | *counter;
+            *counter += 1;
+            let m = Msg {
+                peer: p.peer,
+                tag,
+                buf: 0,
+                offset,
+                bytes: p.bytes,
+            };
+            msgs.push((p.send, m, p.addr));
+        }
+        let mut phases = Phases {
+            hosts: self,
+            comm,
+            stream,
+            scratch: &mut calls.scratch,
+            what: "send/recv",
+        };
+        phases.grow(0, at)?;
+        let base = phases.scratch_addr(0);
+        // What leaves is copied out before the local group may overwrite it (in place).
+        for (_, m, addr) in msgs.iter().filter(|(send, _, _)| *send) {
+            phases.copy(base + m.offset, *addr, m.bytes)?;
+        }
+        if !local.is_empty() {
+            let index = |r: u32| here.iter().position(|&x| x == r).unwrap_or(0) as u32;
+            self.local.group(stream, |g| {
+                for p in &local {
+                    // SAFETY: the caller's validated operation (its memory is the group's
+                    // contract); this call waits for the stream before it returns.
+                    let b = unsafe { BufferRef::from_raw(p.addr, p.bytes) };
+                    let count = usize::try_from(p.bytes).unwrap_or(usize::MAX);
+                    if p.send {
+                        g.send(b, count, crate::DataType::U8, index(p.peer))?;
+                    } else {
+                        g.recv(b, count, crate::DataType::U8, index(p.peer))?;
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        let (sends, recvs): (Vec<_>, Vec<_>) = msgs.into_iter().partition(|(s, _, _)| *s);
+        let sends: Vec<Msg> = sends.into_iter().map(|(_, m, _)| m).collect();
+        let recvs: Vec<(Msg, u64)> = recvs.into_iter().map(|(_, m, a)| (m, a)).collect();
+        let recv_msgs: Vec<Msg> = recvs.iter().map(|(m, _)| *m).collect();
+        phases.exchange(&sends, &recv_msgs)?;
+        for (m, addr) in &recvs {
+            phases.copy(*addr, base + m.offset, m.bytes)?;
+        }
+        stream.synchronize()
+    }
+
+    fn new(comm: &Communicator) -> Result<Hosts> {
+        let hosts = group_hosts(comm.table.iter().map(|r| r.host_id.as_str()));
+        let mine = hosts
+            .iter()
+            .position(|h| h.contains(&comm.rank))
+            .ok_or_else(|| Error::InvalidArgument(format!("rank {} has no host", comm.rank)))?;
+        let color =
+            u32::try_from(mine).map_err(|_| Error::InvalidArgument("too many hosts".to_owned()))?;
+        let key = i32::try_from(comm.rank)
+            .map_err(|_| Error::InvalidArgument("too many ranks".to_owned()))?;
+        let local = comm
+            .split(Some(color), key)?
+            .ok_or_else(|| Error::Unsupported("the host's communicator is missing".to_owned()))?;
+        debug_assert_eq!(local.nranks() as usize, hosts[mine].len());
+        let ucx = comm.agree(Tag::Ucx, "starting UCX", Ucx::new(comm.rank))?;
+        let addresses = exchange_addresses(comm, &ucx.address())?;
+        let remote = hosts
+            .iter()
+            .enumerate()
+            .filter(|&(h, _)| h != mine)
+            .flat_map(|(_, ranks)| ranks.iter().copied());
+        let connected = remote
+            .map(|r| ucx.connect(r, &addresses[r as usize]))
+            .collect::<Result<Vec<()>>>();
+        comm.agree(Tag::Ucx, "connecting UCX endpoints", connected)?;
+        tracing::info!(
+            target: "symcomm::hosts",
+            "rank {}: {} hosts, this one has ranks {:?}; {}",
+            comm.rank,
+            hosts.len(),
+            hosts[mine],
+            ucx.describe()
+        );
+        Ok(Hosts {
+            local,
+            ucx,
+            hosts,
+            mine,
+            combine: OnceLock::new(),
+            calls: Mutex::new(Calls {
+                seq: 0,
+                scratch: [None, None],
+                last: None,
+                sent: vec![0; comm.nranks as usize],
+                received: vec![0; comm.nranks as usize],
+            }),
+        })
+    }
+
+    /// The host that holds `rank`, and its index there.
+    fn place(&self, rank: u32) -> (usize, u32) {
+        for (h, ranks) in self.hosts.iter().enumerate() {
+            if let Some(i) = ranks.iter().position(|&r| r == rank) {
+                return (h, i as u32);
+            }
+        }
+        (0, 0)
+    }
+
+    /// The leader of host `h` for a call rooted at `root` (`None`: no root).
+    fn leader(&self, h: usize, root: Option<u32>) -> u32 {
+        match root {
+            Some(r) if self.place(r).0 == h => r,
+            _ => self.hosts[h][0],
+        }
+    }
+
+    fn run(&self, comm: &Communicator, call: &Call<'_>, stream: &Stream) -> Result<()> {
+        let mut calls = lock(&self.calls);
+        if let Some(e) = calls.last.take() {
+            e.synchronize()?;
+        }
+        let seq = calls.seq;
+        calls.seq += 1;
+        let mut run = Run {
+            p: Phases {
+                hosts: self,
+                comm,
+                stream,
+                scratch: &mut calls.scratch,
+                what: call.coll.name(),
+            },
+            call,
+            seq,
+            es: call.dtype.size() as u64,
+        };
+        match call.coll {
+            Collective::AllReduce => run.all_reduce(),
+            Collective::Reduce => run.reduce(),
+            Collective::Broadcast => run.broadcast(),
+            Collective::AllGather => run.all_gather(),
+            Collective::ReduceScatter => run.reduce_scatter(),
+            Collective::Scatter => run.scatter(),
+            Collective::AllToAll => run.all_to_all(),
+            // Send/recv comes as a group (Self::group), never as a collective call.
+            Collective::SendRecv => Err(Error::InvalidArgument(
+                "send/recv across hosts goes through a group".to_owned(),
+            )),
+        }?;
+        calls.last = Some(stream.record_event()?);
+        Ok(())
+    }
+}
+
+/// Every rank's UCX worker address, through the host all-gather (in rounds of
+/// [`ADDRESS_CHUNK`] bytes: an address can be longer than one contribution).
+fn exchange_addresses(comm: &Communicator, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+    let what = "exchanging UCX addresses";
+    let lengths = comm.gather(
+        Tag::UcxAddress,
+        what,
+        &(mine.len() as u64).to_le_bytes(),
+        |b| Ok(b.try_into().map(u64::from_le_bytes).unwrap_or(u64::MAX)),
+    )?;
+    let longest = lengths.iter().copied().max().unwrap_or(0);
+    let rounds = usize::try_from(longest)
+        .map_err(|_| Error::InvalidArgument("a UCX address does not fit".to_owned()))?
+        .div_ceil(ADDRESS_CHUNK);
+    let mut all = vec![Vec::new(); lengths.len()];
+    for round in 0..rounds {
+        let start = (round * ADDRESS_CHUNK).min(mine.len());
+        let end = (start + ADDRESS_CHUNK).min(mine.len());
+        let parts = comm.gather(Tag::UcxAddress, what, &mine[start..end], |b| Ok(b.to_vec()))?;
+        for (a, p) in all.iter_mut().zip(parts) {
+            a.extend_from_slice(&p);
+        }
+    }
+    for (r, (a, &len)) in all.iter().zip(&lengths).enumerate() {
+        if a.len() as u64 != len {
+            return Err(Error::PeerFailed {
+                rank: r as u32,
+                what: what.to_owned(),
+                message: format!("its address has {} bytes, announced {len}", a.len()),
+            });
+        }
+    }
+    Ok(all)
+}
+
+/// The moves of one call across hosts: copies on the stream, scratch memory, UCX messages.
+struct Phases<'r> {
+    hosts: &'r Hosts,
+    comm: &'r Communicator,
+    stream: &'r Stream,
+    scratch: &'r mut [Option<Buffer>; 2],
+    /// The operation, for errors.
+    what: &'static str,
+}
+
+/// One collective call across hosts.
+struct Run<'r, 'a> {
+    p: Phases<'r>,
+    call: &'r Call<'a>,
+    /// The call's number: the UCX tag of its messages.
+    seq: u64,
+    /// Bytes per element.
+    es: u64,
+}
+
+impl<'r> std::ops::Deref for Run<'r, '_> {
+    type Target = Phases<'r>;
+    fn deref(&self) -> &Phases<'r> {
+        &self.p
+    }
+}
+
+impl std::ops::DerefMut for Run<'_, '_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.p
+    }
+}
+
+/// A message of the inter-host phase: `bytes` bytes at `offset` of scratch buffer `buf`, to or
+/// from `peer`, with UCX tag `tag`.
+#[derive(Clone, Copy)]
+struct Msg {
+    peer: u32,
+    tag: u64,
+    buf: usize,
+    offset: u64,
+    bytes: u64,
+}
+
+impl Phases<'_> {
+    /// Grows scratch buffer `i` to at least `bytes` bytes (at least one).
+    fn grow(&mut self, i: usize, bytes: u64) -> Result<()> {
+        let need = usize::try_from(bytes.max(1))
+            .map_err(|_| Error::InvalidArgument(format!("{bytes} bytes of scratch memory")))?;
+        if self.scratch[i].as_ref().is_none_or(|b| b.len() < need) {
+            self.scratch[i] = None;
+            self.scratch[i] = Some(Buffer::new(self.comm.backend(), need)?);
+        }
+        Ok(())
+    }
+
+    /// Scratch buffer `i` as a collective buffer.
+    fn scratch_ref(&self, i: usize) -> BufferRef<'_> {
+        self.scratch[i]
+            .as_ref()
+            .map_or_else(BufferRef::empty, BufferRef::from)
+    }
+
+    fn scratch_addr(&self, i: usize) -> u64 {
+        self.scratch[i].as_ref().map_or(0, Buffer::addr)
+    }
+
+    /// Queues a copy of `bytes` bytes from device address `src` to `dst` (nothing when they are
+    /// the same).
+    fn copy(&self, dst: u64, src: u64, bytes: u64) -> Result<()> {
+        if dst == src || bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: both ranges lie in the call's validated buffers or in this call's scratch
+        // memory (sized by the callers for these ranges), which stay allocated until the stream
+        // ran the copy: the call waits for its stream before its inter-host phase and before
+        // the next call reuses the scratch memory; the user's buffers are the caller's
+        // contract (as for every collective).
+        unsafe { self.stream.copy_raw(dst, src, bytes) }
+    }
+
+    /// Waits for the stream, then sends and receives `msgs` (in scratch memory) over UCX,
+    /// bounded by the communicator's operation timeout.
+    fn exchange(&self, sends: &[Msg], recvs: &[Msg]) -> Result<()> {
+        self.stream.synchronize()?;
+        if sends.is_empty() && recvs.is_empty() {
+            return Ok(());
+        }
+        let what = self.what;
+        let deadline = Instant::now() + self.comm.op_timeout;
+        let mut check = || self.comm.check_error().err();
+        let on_host = self.comm.backend().is_emu();
+        // Device memory is host memory on the emulator (UCX moves it in place); on CUDA the
+        // bytes go through host copies.
+        let host_copy = |m: &Msg| vec![0u8; usize::try_from(m.bytes).unwrap_or(0)];
+        let mut send_copies: Vec<Vec<u8>> = Vec::new();
+        let mut recv_copies: Vec<Vec<u8>> = Vec::new();
+        if !on_host {
+            for m in sends {
+                let mut v = host_copy(m);
+                self.read(m, &mut v)?;
+                send_copies.push(v);
+            }
+            recv_copies = recvs.iter().map(host_copy).collect();
+        }
+        let mut ops: Vec<Op<'_>> = Vec::with_capacity(sends.len() + recvs.len());
+        for (i, m) in sends.iter().enumerate() {
+            let data: &[u8] = if on_host {
+                // SAFETY: scratch memory of this call (host memory on the emulator), in bounds
+                // (the callers sized it for the message), and no device work touches it: the
+                // stream was synchronized above and the previous call's work had finished.
+                unsafe { self.host_slice(m) }
+            } else {
+                &send_copies[i]
+            };
+            ops.push(Op::Send {
+                peer: m.peer,
+                tag: m.tag,
+                data,
+            });
+        }
+        let mut copies = recv_copies.iter_mut();
+        for m in recvs {
+            let data: &mut [u8] = if on_host {
+                // SAFETY: as for the sends; the receive ranges overlap no other message's range
+                // (the callers give each message its own block).
+                unsafe { self.host_slice_mut(m) }
+            } else {
+                copies.next().map_or(&mut [][..], Vec::as_mut_slice)
+            };
+            ops.push(Op::Recv {
+                peer: m.peer,
+                tag: m.tag,
+                data,
+            });
+        }
+        self.hosts
+            .ucx
+            .exchange(&mut ops, what, deadline, &mut check)?;
+        drop(ops);
+        if !on_host {
+            for (m, v) in recvs.iter().zip(&recv_copies) {
+                self.write(m, v)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn buffer(&self, m: &Msg) -> Result<&Buffer> {
+        self.scratch[m.buf]
+            .as_ref()
+            .ok_or_else(|| Error::InvalidArgument("scratch memory missing".to_owned()))
+    }
+
+    fn read(&self, m: &Msg, out: &mut [u8]) -> Result<()> {
+        let offset = usize::try_from(m.offset).unwrap_or(usize::MAX);
+        self.buffer(m)?.read(offset, out)
+    }
+
+    fn write(&self, m: &Msg, data: &[u8]) -> Result<()> {
+        let offset = usize::try_from(m.offset).unwrap_or(usize::MAX);
+        self.buffer(m)?.write(offset, data)
+    }
+
+    /// # Safety
+    /// Emulator scratch memory; `m` within it; no device work on it while the slice lives.
+    unsafe fn host_slice(&self, m: &Msg) -> &[u8] {
+        let base = self.scratch_addr(m.buf);
+        debug_assert!(base != 0);
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts((base + m.offset) as *const u8, m.bytes as usize) }
+    }
+
+    /// # Safety
+    /// As [`Self::host_slice`], and no other live slice overlaps `m`.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn host_slice_mut(&self, m: &Msg) -> &mut [u8] {
+        let base = self.scratch_addr(m.buf);
+        debug_assert!(base != 0);
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut((base + m.offset) as *mut u8, m.bytes as usize) }
+    }
+}
+
+impl<'a> Run<'_, 'a> {
+    fn local(&self) -> &Communicator {
+        &self.hosts.local
+    }
+
+    fn me(&self) -> u32 {
+        self.comm.rank
+    }
+
+    fn my_ranks(&self) -> &[u32] {
+        &self.hosts.hosts[self.hosts.mine]
+    }
+
+    fn bytes(&self, elems: u64) -> u64 {
+        elems * self.es
+    }
+
+    /// The operator of the partial (per-host) reductions: Avg sums, the last step divides.
+    fn partial_op(&self) -> RedOp {
+        match self.call.op {
+            RedOp::Avg => RedOp::Sum,
+            op => op,
+        }
+    }
+
+    /// `dst = combine(k blocks of count elements at src)` on the stream, with the call's operator
+    /// (Avg divides by the communicator's size).
+    fn combine(&self, src: u64, dst: u64, count: u64, k: u32) -> Result<()> {
+        let kernel = match self.hosts.combine.get() {
+            Some(k) => k,
+            None => {
+                let kernel = self.local().load_kernel(&DEVICE_IMAGE, "symcomm_combine")?;
+                self.hosts.combine.get_or_init(|| kernel)
+            }
+        };
+        let ctas = count
+            .div_ceil(u64::from(COMBINE_THREADS))
+            .clamp(1, COMBINE_MAX_CTAS) as u32;
+        let (dtype, redop, divisor) = (
+            self.call.dtype.code(),
+            self.call.op.code(),
+            self.comm.nranks,
+        );
+        let args = KernelArgs::new()
+            .arg(&src)
+            .arg(&dst)
+            .arg(&count)
+            .arg(&k)
+            .arg(&dtype)
+            .arg(&redop)
+            .arg(&divisor);
+        // SAFETY: the arguments are symcomm_combine's, in order and with their types; `src`
+        // holds k blocks of `count` elements (this call's scratch memory) and `dst` is the first
+        // block or the call's validated receive buffer; both stay allocated until the stream ran
+        // the kernel (see Self::copy).
+        unsafe {
+            self.stream
+                .launch(kernel, LaunchConfig::linear(ctas, COMBINE_THREADS), &args)
+        }
+    }
+
+    /// The leaders of every host for a call rooted at `root`, with this rank's host's first.
+    fn leaders(&self, root: Option<u32>) -> Vec<u32> {
+        (0..self.hosts.hosts.len())
+            .map(|h| self.hosts.leader(h, root))
+            .collect()
+    }
+
+    /// The leaders reduce `bytes` of partial results (each at the start of scratch 0's block of
+    /// their host) into the whole: every leader sends its block to the leaders of `to` (hosts
+    /// whose leader needs the result) and combines what it receives into `dst`. Scratch 0 holds
+    /// one block per host (the caller put this host's partial result into its own block).
+    fn reduce_among_leaders(&self, count: u64, to: &[usize], dst: u64) -> Result<()> {
+        let block = self.bytes(count);
+        let leaders = self.leaders(self.root());
+        let mine = self.hosts.mine;
+        let me = self.me();
+        let sends: Vec<Msg> = to
+            .iter()
+            .filter(|&&h| h != mine)
+            .map(|&h| Msg {
+                tag: self.seq,
+                peer: leaders[h],
+                buf: 0,
+                offset: mine as u64 * block,
+                bytes: block,
+            })
+            .collect();
+        let recvs: Vec<Msg> = if to.contains(&mine) {
+            (0..leaders.len())
+                .filter(|&h| h != mine)
+                .map(|h| Msg {
+                    tag: self.seq,
+                    peer: leaders[h],
+                    buf: 0,
+                    offset: h as u64 * block,
+                    bytes: block,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        debug_assert_eq!(leaders[mine], me);
+        self.exchange(&sends, &recvs)?;
+        if to.contains(&mine) {
+            let k = u32::try_from(leaders.len()).unwrap_or(u32::MAX);
+            self.combine(self.scratch_addr(0), dst, count, k)?;
+        }
+        Ok(())
+    }
+
+    fn root(&self) -> Option<u32> {
+        self.call.coll.has_root().then_some(self.call.root)
+    }
+
+    /// This rank's index on its host, and the index of its host's leader.
+    fn local_leader(&self) -> u32 {
+        let leader = self.hosts.leader(self.hosts.mine, self.root());
+        self.hosts.place(leader).1
+    }
+
+    fn is_leader(&self) -> bool {
+        self.hosts.leader(self.hosts.mine, self.root()) == self.me()
+    }
+
+    fn all_reduce(&mut self) -> Result<()> {
+        let c = self.call;
+        let (count, h) = (c.count, self.hosts.hosts.len() as u64);
+        let block = self.bytes(count);
+        let leader = self.is_leader();
+        let lroot = self.local_leader();
+        // Phase 1: the host's partial result on the leader, in its block of scratch 0.
+        if leader {
+            self.grow(0, h * block)?;
+        }
+        let part = if leader {
+            self.scratch_ref(0)
+                .part(self.hosts.mine as u64 * block, block)
+        } else {
+            c.recv
+        };
+        let op = self.partial_op();
+        self.local().reduce(
+            c.send,
+            part,
+            count as usize,
+            c.dtype,
+            op,
+            lroot,
+            self.stream,
+        )?;
+        // Phase 2: every leader gets every host's part and combines them into its recv.
+        if leader {
+            let all: Vec<usize> = (0..self.hosts.hosts.len()).collect();
+            self.reduce_among_leaders(count, &all, c.recv.addr)?;
+        }
+        // Phase 3: the leader's result to its host.
+        self.local()
+            .broadcast(c.recv, c.recv, count as usize, c.dtype, lroot, self.stream)
+    }
+
+    fn reduce(&mut self) -> Result<()> {
+        let c = self.call;
+        let (count, h) = (c.count, self.hosts.hosts.len() as u64);
+        let block = self.bytes(count);
+        let leader = self.is_leader();
+        let lroot = self.local_leader();
+        if leader {
+            self.grow(0, h * block)?;
+        }
+        let part = if leader {
+            self.scratch_ref(0)
+                .part(self.hosts.mine as u64 * block, block)
+        } else {
+            c.recv
+        };
+        let op = self.partial_op();
+        self.local().reduce(
+            c.send,
+            part,
+            count as usize,
+            c.dtype,
+            op,
+            lroot,
+            self.stream,
+        )?;
+        if leader {
+            let root_host = self.hosts.place(c.root).0;
+            self.reduce_among_leaders(count, &[root_host], c.recv.addr)?;
+        }
+        Ok(())
+    }
+
+    fn broadcast(&mut self) -> Result<()> {
+        let c = self.call;
+        let block = self.bytes(c.count);
+        let lroot = self.local_leader();
+        let root_host = self.hosts.place(c.root).0;
+        if self.me() == c.root {
+            // The root's host: its own broadcast; every other host's leader gets a copy.
+            self.local().broadcast(
+                c.send,
+                c.recv,
+                c.count as usize,
+                c.dtype,
+                lroot,
+                self.stream,
+            )?;
+            self.grow(0, block)?;
+            self.copy(self.scratch_addr(0), c.send.addr, block)?;
+            let leaders = self.leaders(self.root());
+            let sends: Vec<Msg> = (0..leaders.len())
+                .filter(|&h| h != root_host)
+                .map(|h| Msg {
+                    tag: self.seq,
+                    peer: leaders[h],
+                    buf: 0,
+                    offset: 0,
+                    bytes: block,
+                })
+                .collect();
+            return self.exchange(&sends, &[]);
+        }
+        if self.is_leader() && self.hosts.mine != root_host {
+            self.grow(0, block)?;
+            let s = self.scratch_addr(0);
+            let from = Msg {
+                tag: self.seq,
+                peer: c.root,
+                buf: 0,
+                offset: 0,
+                bytes: block,
+            };
+            self.exchange(&[], &[from])?;
+            self.copy(c.recv.addr, s, block)?;
+        }
+        self.local().broadcast(
+            c.recv,
+            c.recv,
+            c.count as usize,
+            c.dtype,
+            lroot,
+            self.stream,
+        )
+    }
+
+    fn all_gather(&mut self) -> Result<()> {
+        let c = self.call;
+        let block = self.bytes(c.count);
+        let n = u64::from(self.comm.nranks);
+        let mine = self.my_ranks().to_vec();
+        let local_n = mine.len() as u64;
+        // Phase 1: the host's blocks (in host order) on every rank of it, in scratch 1.
+        self.grow(1, local_n * block)?;
+        let t = self.scratch_ref(1);
+        self.local()
+            .all_gather(c.send, t, c.count as usize, c.dtype, self.stream)?;
+        if self.is_leader() {
+            // Phase 2: the leaders swap their hosts' blocks (scratch 0: one region per host,
+            // in host order), then put every block at its rank's place.
+            self.grow(0, n * block)?;
+            let hosts = &self.hosts.hosts;
+            let starts: Vec<u64> = hosts
+                .iter()
+                .scan(0u64, |acc, r| {
+                    let s = *acc;
+                    *acc += r.len() as u64 * block;
+                    Some(s)
+                })
+                .collect();
+            let me = self.hosts.mine;
+            let t_addr = self.scratch_addr(1);
+            let s_addr = self.scratch_addr(0);
+            self.copy(s_addr + starts[me], t_addr, local_n * block)?;
+            let leaders = self.leaders(None);
+            let sends: Vec<Msg> = (0..hosts.len())
+                .filter(|&h| h != me)
+                .map(|h| Msg {
+                    tag: self.seq,
+                    peer: leaders[h],
+                    buf: 0,
+                    offset: starts[me],
+                    bytes: local_n * block,
+                })
+                .collect();
+            let recvs: Vec<Msg> = (0..hosts.len())
+                .filter(|&h| h != me)
+                .map(|h| Msg {
+                    tag: self.seq,
+                    peer: leaders[h],
+                    buf: 0,
+                    offset: starts[h],
+                    bytes: hosts[h].len() as u64 * block,
+                })
+                .collect();
+            self.exchange(&sends, &recvs)?;
+            for (h, ranks) in hosts.iter().enumerate() {
+                for (i, &r) in ranks.iter().enumerate() {
+                    let from = s_addr + starts[h] + i as u64 * block;
+                    self.copy(c.recv.addr + u64::from(r) * block, from, block)?;
+                }
+            }
+        }
+        // Phase 3: the whole result from the leader to its host.
+        let lroot = self.local_leader();
+        let total = usize::try_from(n * c.count).unwrap_or(usize::MAX);
+        self.local()
+            .broadcast(c.recv, c.recv, total, c.dtype, lroot, self.stream)
+    }
+
+    fn reduce_scatter(&mut self) -> Result<()> {
+        let c = self.call;
+        let n = u64::from(self.comm.nranks);
+        let h = self.hosts.hosts.len() as u64;
+        let whole = self.bytes(n * c.count);
+        let block = self.bytes(c.count);
+        let leader = self.is_leader();
+        let mine = self.my_ranks().to_vec();
+        let total = usize::try_from(n * c.count).unwrap_or(usize::MAX);
+        // Phase 1: the host's partial reduction of every rank's blocks on the leader.
+        self.grow(0, h * whole)?;
+        self.grow(1, whole + mine.len() as u64 * block)?;
+        let part = self
+            .scratch_ref(0)
+            .part(self.hosts.mine as u64 * whole, whole);
+        let op = self.partial_op();
+        self.local()
+            .reduce(c.send, part, total, c.dtype, op, 0, self.stream)?;
+        // Phase 2: the leaders combine every host's (into scratch 1) and lay out the blocks of
+        // their host's ranks in host order.
+        let full = self.scratch_addr(1);
+        let laid = full + whole;
+        if leader {
+            let all: Vec<usize> = (0..self.hosts.hosts.len()).collect();
+            self.reduce_among_leaders(n * c.count, &all, full)?;
+            for (i, &r) in mine.iter().enumerate() {
+                self.copy(laid + i as u64 * block, full + u64::from(r) * block, block)?;
+            }
+        }
+        // Phase 3: each block to its rank.
+        let p = self.scratch_ref(1).part(whole, mine.len() as u64 * block);
+        self.local()
+            .scatter(p, c.recv, c.count as usize, c.dtype, 0, self.stream)
+    }
+
+    fn scatter(&mut self) -> Result<()> {
+        let c = self.call;
+        let block = self.bytes(c.count);
+        let root_host = self.hosts.place(c.root).0;
+        let lroot = self.local_leader();
+        let hosts = self.hosts.hosts.clone();
+        let mine = self.hosts.mine;
+        let local_n = hosts[mine].len() as u64;
+        if self.me() == c.root {
+            // Every host's blocks in its host order, host after host (scratch 0).
+            let n = u64::from(self.comm.nranks);
+            self.grow(0, n * block)?;
+            let s = self.scratch_addr(0);
+            let mut starts = Vec::with_capacity(hosts.len());
+            let mut at = 0u64;
+            for ranks in &hosts {
+                starts.push(at);
+                for &r in ranks {
+                    self.copy(s + at, c.send.addr + u64::from(r) * block, block)?;
+                    at += block;
+                }
+            }
+            let leaders = self.leaders(self.root());
+            let sends: Vec<Msg> = (0..hosts.len())
+                .filter(|&h| h != root_host)
+                .map(|h| Msg {
+                    tag: self.seq,
+                    peer: leaders[h],
+                    buf: 0,
+                    offset: starts[h],
+                    bytes: hosts[h].len() as u64 * block,
+                })
+                .collect();
+            self.exchange(&sends, &[])?;
+            let p = self.scratch_ref(0).part(starts[mine], local_n * block);
+            return self
+                .local()
+                .scatter(p, c.recv, c.count as usize, c.dtype, lroot, self.stream);
+        }
+        self.grow(0, local_n * block)?;
+        if self.is_leader() && mine != root_host {
+            let from = Msg {
+                tag: self.seq,
+                peer: c.root,
+                buf: 0,
+                offset: 0,
+                bytes: local_n * block,
+            };
+            self.exchange(&[], &[from])?;
+        }
+        let p = self.scratch_ref(0).part(0, local_n * block);
+        self.local()
+            .scatter(p, c.recv, c.count as usize, c.dtype, lroot, self.stream)
+    }
+
+    fn all_to_all(&mut self) -> Result<()> {
+        let c = self.call;
+        let block = self.bytes(c.count);
+        let n = u64::from(self.comm.nranks);
+        let hosts = self.hosts.hosts.clone();
+        let mine = hosts[self.hosts.mine].clone();
+        let local_n = mine.len() as u64;
+        // Scratch 0: [the blocks for this host's ranks, in host order | what they send back]
+        // [the blocks for every remote rank | what every remote rank sends], one block each.
+        let local_bytes = local_n * block;
+        self.grow(0, 2 * local_bytes + 2 * (n - local_n) * block)?;
+        let s = self.scratch_addr(0);
+        for (i, &r) in mine.iter().enumerate() {
+            self.copy(
+                s + i as u64 * block,
+                c.send.addr + u64::from(r) * block,
+                block,
+            )?;
+        }
+        let remote: Vec<u32> = (0..self.comm.nranks)
+            .filter(|r| !mine.contains(r))
+            .collect();
+        let out = 2 * local_bytes;
+        let back = out + remote.len() as u64 * block;
+        for (i, &r) in remote.iter().enumerate() {
+            self.copy(
+                s + out + i as u64 * block,
+                c.send.addr + u64::from(r) * block,
+                block,
+            )?;
+        }
+        let src = self.scratch_ref(0).part(0, local_bytes);
+        let dst = self.scratch_ref(0).part(local_bytes, local_bytes);
+        self.local()
+            .all_to_all(src, dst, c.count as usize, c.dtype, self.stream)?;
+        let msg = |i: usize, r: u32, base: u64| Msg {
+            tag: self.seq,
+            peer: r,
+            buf: 0,
+            offset: base + i as u64 * block,
+            bytes: block,
+        };
+        let sends: Vec<Msg> = remote
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| msg(i, r, out))
+            .collect();
+        let recvs: Vec<Msg> = remote
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| msg(i, r, back))
+            .collect();
+        self.exchange(&sends, &recvs)?;
+        for (i, &r) in mine.iter().enumerate() {
+            let from = s + local_bytes + i as u64 * block;
+            self.copy(c.recv.addr + u64::from(r) * block, from, block)?;
+        }
+        for (i, &r) in remote.iter().enumerate() {
+            self.copy(
+                c.recv.addr + u64::from(r) * block,
+                s + back + i as u64 * block,
+                block,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::group_hosts;
+
+    #[test]
+    fn hosts_are_grouped_in_the_order_of_their_first_rank() {
+        assert_eq!(
+            group_hosts(["a", "b", "a", "c", "b"]),
+            [vec![0, 2], vec![1, 4], vec![3]]
+        );
+        assert_eq!(group_hosts(["x"; 3]), [vec![0, 1, 2]]);
+        assert!(group_hosts([]).is_empty());
+    }
+}
