@@ -691,13 +691,13 @@ impl<'a> Run<'_, 'a> {
         self.hosts.leader(self.hosts.mine, self.root()) == self.me()
     }
 
-    fn all_reduce(&mut self) -> Result<()> {
+    /// Phase 1 of the reductions: the host's partial result (Avg as Sum) on the host's leader,
+    /// in its host's block of scratch 0. Returns whether this rank is the leader.
+    fn host_partial(&mut self) -> Result<bool> {
         let c = self.call;
         let (count, h) = (c.count, self.hosts.hosts.len() as u64);
         let block = self.bytes(count);
         let leader = self.is_leader();
-        let lroot = self.local_leader();
-        // Phase 1: the host's partial result on the leader, in its block of scratch 0.
         if leader {
             self.grow(0, h * block)?;
         }
@@ -714,47 +714,36 @@ impl<'a> Run<'_, 'a> {
             count as usize,
             c.dtype,
             op,
-            lroot,
+            self.local_leader(),
             self.stream,
         )?;
+        Ok(leader)
+    }
+
+    fn all_reduce(&mut self) -> Result<()> {
+        let c = self.call;
         // Phase 2: every leader gets every host's part and combines them into its recv.
-        if leader {
+        if self.host_partial()? {
             let all: Vec<usize> = (0..self.hosts.hosts.len()).collect();
-            self.reduce_among_leaders(count, &all, c.recv.addr)?;
+            self.reduce_among_leaders(c.count, &all, c.recv.addr)?;
         }
         // Phase 3: the leader's result to its host.
-        self.local()
-            .broadcast(c.recv, c.recv, count as usize, c.dtype, lroot, self.stream)
+        let lroot = self.local_leader();
+        self.local().broadcast(
+            c.recv,
+            c.recv,
+            c.count as usize,
+            c.dtype,
+            lroot,
+            self.stream,
+        )
     }
 
     fn reduce(&mut self) -> Result<()> {
         let c = self.call;
-        let (count, h) = (c.count, self.hosts.hosts.len() as u64);
-        let block = self.bytes(count);
-        let leader = self.is_leader();
-        let lroot = self.local_leader();
-        if leader {
-            self.grow(0, h * block)?;
-        }
-        let part = if leader {
-            self.scratch_ref(0)
-                .part(self.hosts.mine as u64 * block, block)
-        } else {
-            c.recv
-        };
-        let op = self.partial_op();
-        self.local().reduce(
-            c.send,
-            part,
-            count as usize,
-            c.dtype,
-            op,
-            lroot,
-            self.stream,
-        )?;
-        if leader {
+        if self.host_partial()? {
             let root_host = self.hosts.place(c.root).0;
-            self.reduce_among_leaders(count, &[root_host], c.recv.addr)?;
+            self.reduce_among_leaders(c.count, &[root_host], c.recv.addr)?;
         }
         Ok(())
     }
