@@ -164,12 +164,33 @@ SYMCOMM_DEVICE Status run_items(Cta g, const DevComm& comm, const Items<T>& it, 
     return Status::Ok;
 }
 
-/// Copies elements [lo, hi) from `from` to `to` (same index), vectorized when phases agree.
+/// Items a thread of copy_part loads before it stores the first of them.
+constexpr uint32_t COPY_UNROLL = 4;
+
+/// Copies elements [lo, hi) from `from` to `to` (same index), vectorized when phases agree. Each
+/// thread loads COPY_UNROLL items (a CTA-size stride apart) before storing them, so that many
+/// 16-byte loads are in flight per thread rather than one (on an H200 the one-at-a-time loop
+/// copied at 65 % of cuMemcpyDtoD); the items and their values are those of the simple loop.
+/// `from` and `to` do not overlap unless they are equal (callers' contract).
 template <typename T>
 SYMCOMM_DEVICE void copy_part(Cta g, const T* from, T* to, uint64_t lo, uint64_t hi) {
     if (from == to) return;
     const Items<T> it(lo, hi, phase(from) == phase(to), reinterpret_cast<uint64_t>(from + lo));
-    for (uint64_t k = g.thread_rank(); k < it.total(); k += g.size()) {
+    const uint64_t total = it.total(), step = g.size();
+    uint64_t k = g.thread_rank();
+    for (; k + (COPY_UNROLL - 1u) * step < total; k += COPY_UNROLL * step) {
+        bool is_pack[COPY_UNROLL];
+        uint64_t i[COPY_UNROLL];
+        Pack16<T> v[COPY_UNROLL];
+        SYMCOMM_UNROLL
+        for (uint32_t u = 0; u < COPY_UNROLL; ++u) {
+            i[u] = it.first(k + u * step, is_pack[u]);
+            v[u] = load_item(from + i[u], is_pack[u]);
+        }
+        SYMCOMM_UNROLL
+        for (uint32_t u = 0; u < COPY_UNROLL; ++u) store_item(to + i[u], v[u], is_pack[u]);
+    }
+    for (; k < total; k += step) {
         bool is_pack;
         const uint64_t i = it.first(k, is_pack);
         store_item(to + i, load_item(from + i, is_pack), is_pack);
