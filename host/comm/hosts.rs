@@ -728,6 +728,12 @@ impl<'a> Run<'_, 'a> {
             self.reduce_among_leaders(c.count, &all, c.recv.addr)?;
         }
         // Phase 3: the leader's result to its host.
+        self.spread_from_leader()
+    }
+
+    /// The last phase of all-reduce and broadcast: the leader's `recv` to every rank of its host.
+    fn spread_from_leader(&self) -> Result<()> {
+        let c = self.call;
         let lroot = self.local_leader();
         self.local().broadcast(
             c.recv,
@@ -791,14 +797,7 @@ impl<'a> Run<'_, 'a> {
             self.exchange(&[], &[from])?;
             self.copy(c.recv.addr, s, block)?;
         }
-        self.local().broadcast(
-            c.recv,
-            c.recv,
-            c.count as usize,
-            c.dtype,
-            lroot,
-            self.stream,
-        )
+        self.spread_from_leader()
     }
 
     fn all_gather(&mut self) -> Result<()> {

@@ -254,14 +254,7 @@ impl<'a> BufferRef<'a> {
 
 impl<'a, T: DevicePlain> From<&'a Window<T>> for BufferRef<'a> {
     fn from(w: &'a Window<T>) -> Self {
-        w.range(0, w.len()).unwrap_or(BufferRef {
-            addr: 0,
-            bytes: 0,
-            window: None,
-            buffer: None,
-            mapping: None,
-            _borrow: PhantomData,
-        })
+        w.range(0, w.len()).unwrap_or_else(|_| BufferRef::empty())
     }
 }
 
