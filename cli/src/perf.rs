@@ -285,9 +285,10 @@ pub(crate) struct PerfArgs {
     )]
     nthreads: u32,
 
-    /// Symmetric windows (zero-copy) or ordinary device buffers (staged copies).
-    #[arg(long, value_enum, value_name = "KIND", default_value = "window")]
-    buffers: BufferKind,
+    /// Symmetric windows (zero-copy) or ordinary device buffers (staged copies) [default:
+    /// window when every rank is on one host, device across hosts (windows stay within a host)]
+    #[arg(long, value_enum, value_name = "KIND")]
+    buffers: Option<BufferKind>,
 
     /// Append an `algo` column (the algorithm chosen for each size) to the table; without it
     /// the rows have exactly nccl-tests' 13 columns.

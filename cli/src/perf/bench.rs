@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use symcomm::{Collective, Communicator, DataType, Graph, RedOp, Stream, Window};
+use symcomm::{Buffer, BufferRef, Collective, Communicator, DataType, Graph, RedOp, Stream};
 
 use super::desc::{Shape, Source};
 use super::mem::Mem;
@@ -19,15 +19,15 @@ const TIMES: usize = 4;
 /// Figures per size summed over the ranks: out-of-place and in-place wrong elements.
 const WRONGS: usize = 2;
 
-/// One rank's buffers, stream and statistics windows.
+/// One rank's buffers, stream and statistics buffers (ordinary ones: they work across hosts).
 struct Bench<'c> {
     comm: &'c Communicator,
     plan: &'c Plan,
     stream: Stream,
     send: Mem,
     recv: Mem,
-    stats_in: Window<u64>,
-    stats_out: Window<u64>,
+    stats_in: Buffer,
+    stats_out: Buffer,
 }
 
 /// One call: its shape, type, op, root and placement.
@@ -59,10 +59,10 @@ impl<'c> Bench<'c> {
             comm,
             plan,
             stream: comm.create_stream()?,
-            send: Mem::alloc(comm, plan.req.buffers, cap)?,
-            recv: Mem::alloc(comm, plan.req.buffers, cap)?,
-            stats_in: comm.alloc_window::<u64>(TIMES)?,
-            stats_out: comm.alloc_window::<u64>(TIMES)?,
+            send: Mem::alloc(comm, plan.buffers, cap)?,
+            recv: Mem::alloc(comm, plan.buffers, cap)?,
+            stats_in: comm.alloc_buffer(TIMES * 8)?,
+            stats_out: comm.alloc_buffer(TIMES * 8)?,
         })
     }
 
@@ -294,8 +294,8 @@ impl<'c> Bench<'c> {
     fn over_ranks<const N: usize>(&self, mine: [u64; N], op: RedOp) -> symcomm::Result<[u64; N]> {
         self.stats_in.write(0, &mine)?;
         self.comm.all_reduce(
-            self.stats_in.range(0, N)?,
-            self.stats_out.range(0, N)?,
+            BufferRef::from(&self.stats_in),
+            BufferRef::from(&self.stats_out),
             N,
             DataType::U64,
             op,
@@ -497,7 +497,11 @@ pub(super) fn run_rank(
     req: &Request,
     mode: &'static str,
 ) -> Result<Summary, Failure> {
-    let plan = req.plan(comm.backend().is_emu(), comm.nranks())?;
+    let plan = req.plan(
+        comm.backend().is_emu(),
+        comm.nranks(),
+        comm.spans_one_host(),
+    )?;
     let result = Printer::new(&plan, comm.rank() == 0).and_then(|mut printer| {
         Bench::new(comm, &plan)
             .map_err(Failure::from)

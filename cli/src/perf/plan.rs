@@ -152,7 +152,8 @@ pub(super) struct Request {
     iters: Option<u32>,
     warmup: Option<u32>,
     pub(super) check: u32,
-    pub(super) buffers: BufferKind,
+    /// `--buffers`; `None`: by the communicator ([`Plan::buffers`]).
+    pub(super) buffers: Option<BufferKind>,
     pub(super) json: bool,
     pub(super) copy_bandwidth: bool,
     /// `-m`: calls per timed iteration.
@@ -203,6 +204,8 @@ const DEFAULT_MINBYTES: u64 = 8;
 #[derive(Debug, Clone)]
 pub(super) struct Plan {
     pub(super) req: Request,
+    /// `--buffers`, or windows when every rank is on one host and device buffers otherwise.
+    pub(super) buffers: BufferKind,
     pub(super) sweep: Sweep,
     pub(super) iters: u32,
     pub(super) warmup: u32,
@@ -340,7 +343,7 @@ impl Request {
     }
 
     /// Fills in the defaults of the backend (`emu`) and checks what needs the rank count.
-    pub(super) fn plan(&self, emu: bool, nranks: u32) -> Result<Plan, Failure> {
+    pub(super) fn plan(&self, emu: bool, nranks: u32, one_host: bool) -> Result<Plan, Failure> {
         let d = if emu { &EMU_DEFAULTS } else { &CUDA_DEFAULTS };
         let (min, max) = match (self.minbytes, self.maxbytes) {
             (Some(b), Some(e)) => (b, e),
@@ -384,6 +387,11 @@ impl Request {
         };
         Ok(Plan {
             req: self.clone(),
+            buffers: self.buffers.unwrap_or(if one_host {
+                BufferKind::Window
+            } else {
+                BufferKind::Device
+            }),
             sweep: Sweep { min, max, step },
             iters: self.iters.unwrap_or(d.iters),
             warmup: self.warmup.unwrap_or(d.warmup),

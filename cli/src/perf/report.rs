@@ -398,7 +398,7 @@ impl Printer {
             "# Ranks: {} as {how}; backend: {}; buffers: {}",
             comm.nranks(),
             comm.backend().name(),
-            match r.buffers {
+            match plan.buffers {
                 BufferKind::Window => "window (symmetric windows, zero-copy)",
                 BufferKind::Device => "device (ordinary device memory, staged copies)",
             }
@@ -440,7 +440,7 @@ impl Printer {
                 nranks: comm.nranks(),
                 mode,
                 backend: comm.backend().name(),
-                buffers: plan.req.buffers.name(),
+                buffers: plan.buffers.name(),
                 dtype: &plan.req.dtype_text,
                 op: &plan.req.op_text,
                 root: if plan.req.desc.coll.has_root() {
