@@ -25,8 +25,13 @@ use crate::ucx::{Op, Ucx};
 use crate::{Error, RedOp, Result};
 use symcomm_device::abi::{P2pOp, SYMCOMM_P2P_RECV, SYMCOMM_P2P_SEND};
 
-/// Threads per CTA and the largest grid of the combining kernel (a grid-stride loop).
+/// Threads per CTA of the combining kernel (a grid-stride loop) on a GPU; on the emulator
+/// [`COMBINE_THREADS_EMU`], in one CTA.
 const COMBINE_THREADS: u32 = 256;
+/// On the emulator every CTA thread is a fiber with its own stack, set up at every launch: 256
+/// CTAs of 256 threads made a 256 KB all-reduce across 2 hosts take 366 ms (8.5 ms with one CTA)
+/// and one CTA of 256 threads an 8-byte one 3.4 ms (1.5 ms with 32).
+const COMBINE_THREADS_EMU: u32 = 32;
 
 /// Bytes of a worker address per host all-gather round (a contribution holds at most
 /// `MAX_GATHER` bytes).
@@ -42,11 +47,9 @@ pub(super) struct Hosts {
     hosts: Vec<Vec<u32>>,
     /// This rank's host.
     mine: usize,
-    /// `symcomm_combine`, and the most CTAs worth launching (its grid-stride loop covers any
-    /// count): what the GPU holds at once; on the emulator one (every CTA thread is a fiber
-    /// with its own stack there: 256 CTAs made a 256 KB all-reduce across hosts take 0.4 s
-    /// instead of 20 ms).
-    combine: OnceLock<(Kernel, u64)>,
+    /// `symcomm_combine`, its threads per CTA and the most CTAs worth launching (its
+    /// grid-stride loop covers any count): what the GPU holds at once, one on the emulator.
+    combine: OnceLock<(Kernel, u32, u64)>,
     calls: Mutex<Calls>,
 }
 
@@ -597,21 +600,21 @@ impl<'a> Run<'_, 'a> {
     /// `dst = combine(k blocks of count elements at src)` on the stream, with the call's operator
     /// (Avg divides by the communicator's size).
     fn combine(&self, src: u64, dst: u64, count: u64, k: u32) -> Result<()> {
-        let (kernel, most) = match self.hosts.combine.get() {
+        let (kernel, threads, most) = match self.hosts.combine.get() {
             Some(k) => k,
             None => {
                 let kernel = self.local().load_kernel(&DEVICE_IMAGE, "symcomm_combine")?;
-                let most = if self.comm.backend().is_emu() {
-                    1
+                let (threads, most) = if self.comm.backend().is_emu() {
+                    (COMBINE_THREADS_EMU, 1)
                 } else {
-                    kernel.resident_ctas(COMBINE_THREADS, 0)?
+                    let most = kernel.resident_ctas(COMBINE_THREADS, 0)?;
+                    (COMBINE_THREADS, u64::from(most).max(1))
                 };
-                self.hosts
-                    .combine
-                    .get_or_init(|| (kernel, u64::from(most).max(1)))
+                self.hosts.combine.get_or_init(|| (kernel, threads, most))
             }
         };
-        let ctas = count.div_ceil(u64::from(COMBINE_THREADS)).clamp(1, *most) as u32;
+        let threads = *threads;
+        let ctas = count.div_ceil(u64::from(threads)).clamp(1, *most) as u32;
         let (dtype, redop, divisor) = (
             self.call.dtype.code(),
             self.call.op.code(),
@@ -631,7 +634,7 @@ impl<'a> Run<'_, 'a> {
         // the kernel (see Self::copy).
         unsafe {
             self.stream
-                .launch(kernel, LaunchConfig::linear(ctas, COMBINE_THREADS), &args)
+                .launch(kernel, LaunchConfig::linear(ctas, threads), &args)
         }
     }
 

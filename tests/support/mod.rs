@@ -13,6 +13,7 @@
 pub(crate) mod cases;
 pub(crate) mod flood;
 pub(crate) mod leaks;
+pub(crate) mod netns;
 pub(crate) mod procs;
 pub(crate) mod rmsnorm;
 pub(crate) mod values;
