@@ -64,6 +64,8 @@ pub use config::{TUNABLES, Tunable};
 pub use error::{BootstrapErrorKind, Error, Result};
 pub use symcomm_device::abi;
 pub use symcomm_device::layout::SignalLayout;
+// The transport between hosts, as installed here.
+pub use ucx::{UcxInfo, ucx_probe};
 
 /// The CUDA driver as symcomm sees it, and the GPU handle of [`Backend::Cuda`].
 ///

@@ -33,6 +33,9 @@ const UCP_OP_ATTR_FIELD_FLAGS: u32 = 1 << 4;
 const UCP_OP_ATTR_FIELD_RECV_INFO: u32 = 1 << 7;
 const UCP_OP_ATTR_FLAG_NO_IMM_CMPL: u32 = 1 << 16;
 const UCP_EP_CLOSE_FLAG_FORCE: u32 = 1 << 0;
+const UCP_ATTR_FIELD_MEMORY_TYPES: u64 = 1 << 2;
+/// `ucs_memory_type_t`'s CUDA device memory (a bit index into `memory_types`).
+const UCS_MEMORY_TYPE_CUDA: u32 = 1;
 
 /// Oldest UCX API this wrapper needs (the nbx calls appeared in 1.10).
 const API_MAJOR: c_uint = 1;
@@ -112,6 +115,15 @@ struct UcpRequestParam {
 }
 
 #[repr(C)]
+struct UcpContextAttr {
+    field_mask: u64,
+    request_size: usize,
+    thread_mode: c_int,
+    memory_types: u64,
+    name: [c_char; 32],
+}
+
+#[repr(C)]
 #[derive(Default)]
 struct UcpTagRecvInfo {
     sender_tag: u64,
@@ -131,6 +143,8 @@ struct Api {
     config_release: unsafe extern "C" fn(Ptr),
     init_version: unsafe extern "C" fn(c_uint, c_uint, *const UcpParams, Ptr, *mut Ptr) -> Status,
     cleanup: unsafe extern "C" fn(Ptr),
+    context_query: unsafe extern "C" fn(Ptr, *mut UcpContextAttr) -> Status,
+    context_print_info: unsafe extern "C" fn(Ptr, *mut nix::libc::FILE),
     get_version: unsafe extern "C" fn(*mut c_uint, *mut c_uint, *mut c_uint),
     get_version_string: unsafe extern "C" fn() -> *const c_char,
     worker_create: unsafe extern "C" fn(Ptr, *const UcpWorkerParams, *mut Ptr) -> Status,
@@ -188,6 +202,8 @@ impl Api {
             config_release: sym!(ucp, "ucp_config_release"),
             init_version: sym!(ucp, "ucp_init_version"),
             cleanup: sym!(ucp, "ucp_cleanup"),
+            context_query: sym!(ucp, "ucp_context_query"),
+            context_print_info: sym!(ucp, "ucp_context_print_info"),
             get_version: sym!(ucp, "ucp_get_version"),
             get_version_string: sym!(ucp, "ucp_get_version_string"),
             worker_create: sym!(ucp, "ucp_worker_create"),
@@ -226,6 +242,76 @@ impl Api {
         }
     }
 
+    fn unsupported(&self, call: &str, s: Status) -> Error {
+        Error::Unsupported(format!("UCX: {call} failed: {}", self.status(s)))
+    }
+
+    /// The library's version string (`ucp_get_version_string`).
+    fn version(&self) -> String {
+        // SAFETY: returns a static NUL-terminated string (or NULL, handled).
+        let v = unsafe { (self.get_version_string)() };
+        if v.is_null() {
+            return "unknown".into();
+        }
+        // SAFETY: non-null, NUL-terminated, static storage.
+        unsafe { CStr::from_ptr(v) }.to_string_lossy().into_owned()
+    }
+
+    /// A UCP context with the TAG feature, configured from the environment (`UCX_*`), after
+    /// checking the library's API version. The caller owns it (`cleanup`).
+    fn context(&self) -> Result<Ptr> {
+        let (mut major, mut minor, mut release) = (0, 0, 0);
+        // SAFETY: three valid out-pointers.
+        unsafe { (self.get_version)(&mut major, &mut minor, &mut release) };
+        if major != API_MAJOR || minor < API_MINOR {
+            return Err(Error::Unsupported(format!(
+                "UCX {major}.{minor}.{release} is too old (need 1.10 or later)"
+            )));
+        }
+        let mut config: Ptr = std::ptr::null_mut();
+        // SAFETY: NULL prefix/file mean "UCX_ from the environment"; `config` is an out-pointer.
+        let s = unsafe { (self.config_read)(std::ptr::null(), std::ptr::null(), &mut config) };
+        if s != UCS_OK {
+            return Err(self.unsupported("ucp_config_read", s));
+        }
+        let mut params: UcpParams = zeroed();
+        params.field_mask = UCP_PARAM_FIELD_FEATURES;
+        params.features = UCP_FEATURE_TAG;
+        let mut context: Ptr = std::ptr::null_mut();
+        // SAFETY: params/config are valid; the config may be released right after init.
+        let s = unsafe {
+            let s = (self.init_version)(API_MAJOR, API_MINOR, &params, config, &mut context);
+            (self.config_release)(config);
+            s
+        };
+        if s != UCS_OK {
+            return Err(self.unsupported("ucp_init", s));
+        }
+        Ok(context)
+    }
+
+    /// `ucp_context_print_info` of a live context, as text.
+    fn print_to_string(&self, context: Ptr) -> String {
+        let (mut buf, mut len): (*mut c_char, usize) = (std::ptr::null_mut(), 0);
+        // SAFETY: open_memstream allocates `buf` (freed below) and updates buf/len on fclose;
+        // the stream is used by UCX only during the call, and `context` is live.
+        unsafe {
+            let f = nix::libc::open_memstream(&mut buf, &mut len);
+            if f.is_null() {
+                return String::new();
+            }
+            (self.context_print_info)(context, f);
+            nix::libc::fclose(f);
+            if buf.is_null() {
+                return String::new();
+            }
+            let text = String::from_utf8_lossy(std::slice::from_raw_parts(buf.cast::<u8>(), len))
+                .into_owned();
+            nix::libc::free(buf.cast());
+            text
+        }
+    }
+
     fn status(&self, s: Status) -> String {
         // SAFETY: ucs_status_string accepts any value and returns a static C string.
         let p = unsafe { (self.status_string)(s) };
@@ -255,6 +341,61 @@ impl Api {
             (self.request_free)(req);
         }
     }
+}
+
+/// What the installed UCX offers this process (`symcomm info`'s "Between hosts").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UcxInfo {
+    /// The library's version string, e.g. `1.13.1`.
+    pub version: String,
+    /// The transports a context gets under the current `UCX_*` environment, as
+    /// `transport/device` (`tcp/eth0`, `rc_mlx5/mlx5_0:1`, `posix/memory`, ...), in UCX's order.
+    pub transports: Vec<String>,
+    /// Whether UCX can move CUDA device memory itself (it was built with CUDA and found the
+    /// driver). When false, traffic between hosts is staged through host memory.
+    pub cuda_memory: bool,
+}
+
+/// Probes the installed UCX (libucp.so.0) the way a communicator spanning hosts would use it:
+/// one context from the current environment, queried and released.
+///
+/// Errors: [`Error::Unsupported`] naming what is missing (the library, a symbol, a failed call).
+pub fn ucx_probe() -> Result<UcxInfo> {
+    probe_library(LIBUCP)
+}
+
+fn probe_library(lib: &str) -> Result<UcxInfo> {
+    let api = Api::get(lib)?;
+    let context = api.context()?;
+    let mut attr: UcpContextAttr = zeroed();
+    attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+    // SAFETY: `context` is live; `attr` is a valid out-struct with its field mask set.
+    let s = unsafe { (api.context_query)(context, &mut attr) };
+    let text = api.print_to_string(context);
+    // SAFETY: the context is ours, live, and not used after this.
+    unsafe { (api.cleanup)(context) };
+    if s != UCS_OK {
+        return Err(api.unsupported("ucp_context_query", s));
+    }
+    Ok(UcxInfo {
+        version: api.version(),
+        transports: resources(&text),
+        cuda_memory: attr.memory_types & (1 << UCS_MEMORY_TYPE_CUDA) != 0,
+    })
+}
+
+/// The `transport/device` names of `ucp_context_print_info`'s resource lines
+/// (`#      resource 1  :  md 1  dev 1  flags -- tcp/lo`).
+fn resources(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.trim_start_matches('#').trim_start();
+            let rest = rest.strip_prefix("resource")?;
+            let (_, name) = rest.rsplit_once("--")?;
+            let name = name.trim();
+            (!name.is_empty()).then(|| name.to_owned())
+        })
+        .collect()
 }
 
 /// `UCS_PTR_IS_PTR`: a real request (not NULL, not an error code).
@@ -357,36 +498,8 @@ impl Ucx {
             )));
         }
         let api = Api::get(lib)?;
-        let unsupported = |call: &str, s: Status| {
-            Error::Unsupported(format!("UCX: {call} failed: {}", api.status(s)))
-        };
-        let (mut major, mut minor, mut release) = (0, 0, 0);
-        // SAFETY: three valid out-pointers.
-        unsafe { (api.get_version)(&mut major, &mut minor, &mut release) };
-        if major != API_MAJOR || minor < API_MINOR {
-            return Err(Error::Unsupported(format!(
-                "UCX {major}.{minor}.{release} is too old (need 1.10 or later)"
-            )));
-        }
-        let mut config: Ptr = std::ptr::null_mut();
-        // SAFETY: NULL prefix/file mean "UCX_ from the environment"; `config` is an out-pointer.
-        let s = unsafe { (api.config_read)(std::ptr::null(), std::ptr::null(), &mut config) };
-        if s != UCS_OK {
-            return Err(unsupported("ucp_config_read", s));
-        }
-        let mut params: UcpParams = zeroed();
-        params.field_mask = UCP_PARAM_FIELD_FEATURES;
-        params.features = UCP_FEATURE_TAG;
-        let mut context: Ptr = std::ptr::null_mut();
-        // SAFETY: params/config are valid; the config may be released right after init.
-        let s = unsafe {
-            let s = (api.init_version)(API_MAJOR, API_MINOR, &params, config, &mut context);
-            (api.config_release)(config);
-            s
-        };
-        if s != UCS_OK {
-            return Err(unsupported("ucp_init", s));
-        }
+        let unsupported = |call: &str, s: Status| api.unsupported(call, s);
+        let context = api.context()?;
         let mut wparams: UcpWorkerParams = zeroed();
         wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
         wparams.thread_mode = UCS_THREAD_MODE_SERIALIZED;
@@ -482,14 +595,7 @@ impl Ucx {
 
     /// One line for logs: the UCX version and the transport selection (UCX_TLS).
     pub(crate) fn describe(&self) -> String {
-        // SAFETY: returns a static NUL-terminated string (or NULL, handled).
-        let v = unsafe { (self.api.get_version_string)() };
-        let version = if v.is_null() {
-            "unknown".into()
-        } else {
-            // SAFETY: non-null, NUL-terminated, static storage.
-            unsafe { CStr::from_ptr(v) }.to_string_lossy().into_owned()
-        };
+        let version = self.api.version();
         let tls = match std::env::var("UCX_TLS") {
             Ok(t) => format!("UCX_TLS={t}"),
             Err(_) => "UCX_TLS unset (all)".to_owned(),
@@ -1094,6 +1200,31 @@ mod tests {
     }
 
     #[test]
+    fn resource_lines_are_parsed() {
+        let text = "#\n# UCP context\n#\n#     component 1  :  tcp\n#            md 1  :  component 1  tcp \n\
+                    #      resource 0  :  md 0  dev 0  flags -- self/memory0\n\
+                    #      resource 1  :  md 1  dev 1  flags -- tcp/lo\n\
+                    #      resource 7  :  md 5  dev 4  flags -- rc_mlx5/mlx5_0:1\n#\n";
+        assert_eq!(
+            resources(text),
+            ["self/memory0", "tcp/lo", "rc_mlx5/mlx5_0:1"]
+        );
+        assert!(resources("").is_empty());
+    }
+
+    /// The installed UCX (scripts/test installs it) offers TCP on loopback at least.
+    #[test]
+    fn probe_lists_transports() {
+        let info = ucx_probe().expect("ucx_probe");
+        assert!(info.version.starts_with("1."), "{info:?}");
+        assert!(info.transports.iter().any(|t| t == "tcp/lo"), "{info:?}");
+        match probe_library("libucp-does-not-exist.so.0") {
+            Err(Error::Unsupported(m)) => assert!(m.contains("could not be loaded"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn missing_library_is_unsupported() {
         match Ucx::with_library(0, "libucp-does-not-exist.so.0") {
             Err(Error::Unsupported(m)) => assert!(
@@ -1176,6 +1307,20 @@ mod tests {
                 offset_of!(UcpRequestParam, memh),
             ),
             ("sizeof(ucp_tag_recv_info_t)", size_of::<UcpTagRecvInfo>()),
+            ("sizeof(ucp_context_attr_t)", size_of::<UcpContextAttr>()),
+            (
+                "offsetof(ucp_context_attr_t, memory_types)",
+                offset_of!(UcpContextAttr, memory_types),
+            ),
+            (
+                "offsetof(ucp_context_attr_t, name)",
+                offset_of!(UcpContextAttr, name),
+            ),
+            (
+                "UCP_ATTR_FIELD_MEMORY_TYPES",
+                UCP_ATTR_FIELD_MEMORY_TYPES as usize,
+            ),
+            ("UCS_MEMORY_TYPE_CUDA", UCS_MEMORY_TYPE_CUDA as usize),
             (
                 "offsetof(ucp_tag_recv_info_t, length)",
                 offset_of!(UcpTagRecvInfo, length),

@@ -6,19 +6,20 @@ use std::process::ExitCode;
 use serde_json::{Value, json};
 use symcomm::DEVICE_IMAGE;
 use symcomm::tune::{self, BackendKind};
-use symcomm::{DeviceImage, TUNABLES, cuda};
+use symcomm::{DeviceImage, TUNABLES, UcxInfo, cuda};
 
 pub(crate) fn run(as_json: bool) -> ExitCode {
     let cuda = cuda::probe();
     let nvrtc = cuda::nvrtc_version();
+    let ucx = symcomm::ucx_probe();
     if as_json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&to_json(&DEVICE_IMAGE, &cuda, &nvrtc))
+            serde_json::to_string_pretty(&to_json(&DEVICE_IMAGE, &cuda, &nvrtc, &ucx))
                 .unwrap_or_default()
         );
     } else {
-        print!("{}", to_text(&DEVICE_IMAGE, &cuda, &nvrtc));
+        print!("{}", to_text(&DEVICE_IMAGE, &cuda, &nvrtc, &ucx));
     }
     ExitCode::SUCCESS
 }
@@ -191,6 +192,49 @@ fn model_report() -> Value {
     })
 }
 
+/// How GPU data crosses hosts: what UCX could do with device memory, and what symcomm does.
+fn gpu_path(info: &UcxInfo) -> &'static str {
+    if info.cuda_memory {
+        "staged through host memory (this UCX can move CUDA memory directly; symcomm does not use that yet)"
+    } else {
+        "staged through host memory (this UCX was built without CUDA support)"
+    }
+}
+
+/// The "Between hosts" section: the UCX library communicators spanning hosts use.
+fn ucx_text(s: &mut String, ucx: &symcomm::Result<UcxInfo>) {
+    let _ = writeln!(
+        s,
+        "\nBetween hosts (UCX; transports under the current UCX_* environment):"
+    );
+    match ucx {
+        Ok(info) => {
+            let _ = writeln!(s, "  ucx        {}", info.version);
+            let _ = writeln!(s, "  transports {}", info.transports.join(", "));
+            let _ = writeln!(s, "  GPU data   {}", gpu_path(info));
+        }
+        Err(e) => {
+            let _ = writeln!(
+                s,
+                "  ucx        unavailable: {e} (communicators spanning hosts need it)"
+            );
+        }
+    }
+}
+
+fn ucx_json(ucx: &symcomm::Result<UcxInfo>) -> Value {
+    match ucx {
+        Ok(info) => json!({
+            "available": true,
+            "version": info.version,
+            "transports": info.transports,
+            "cuda_memory": info.cuda_memory,
+            "gpu_data": if info.cuda_memory { "staged (UCX CUDA-capable)" } else { "staged" },
+        }),
+        Err(e) => json!({ "available": false, "error": e.to_string() }),
+    }
+}
+
 fn driver(v: i32) -> String {
     format!("{}.{}", v / 1000, (v % 1000) / 10)
 }
@@ -199,6 +243,7 @@ fn to_text(
     image: &DeviceImage,
     cuda: &symcomm::Result<cuda::CudaInfo>,
     nvrtc: &symcomm::Result<(i32, i32)>,
+    ucx: &symcomm::Result<UcxInfo>,
 ) -> String {
     let mut s = String::new();
     let _ = writeln!(
@@ -321,6 +366,8 @@ fn to_text(
         symcomm_device::emu::MAX_THREADS
     );
 
+    ucx_text(&mut s, ucx);
+
     let _ = writeln!(s, "\nTunables:");
     for t in TUNABLES {
         let shown = t
@@ -336,6 +383,7 @@ fn to_json(
     image: &DeviceImage,
     cuda: &symcomm::Result<cuda::CudaInfo>,
     nvrtc: &symcomm::Result<(i32, i32)>,
+    ucx: &symcomm::Result<UcxInfo>,
 ) -> Value {
     let modules: Vec<Value> = image
         .modules
@@ -400,6 +448,7 @@ fn to_json(
             "nvrtc": nvrtc,
             "emulator": { "available": true, "max_threads_per_launch": symcomm_device::emu::MAX_THREADS },
         },
+        "between_hosts": ucx_json(ucx),
         "tunables": tunables,
         "tuning": tuning_json(),
     })
@@ -410,6 +459,34 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    #[test]
+    fn between_hosts_says_how_gpu_data_moves() {
+        let info = UcxInfo {
+            version: "1.13.1".into(),
+            transports: vec!["tcp/lo".into(), "posix/memory".into()],
+            cuda_memory: false,
+        };
+        let mut s = String::new();
+        ucx_text(&mut s, &Ok(info.clone()));
+        assert!(s.contains("ucx        1.13.1"), "{s}");
+        assert!(s.contains("transports tcp/lo, posix/memory"), "{s}");
+        assert!(s.contains("built without CUDA"), "{s}");
+        let j = ucx_json(&Ok(UcxInfo {
+            cuda_memory: true,
+            ..info
+        }));
+        assert_eq!(j["cuda_memory"], json!(true));
+        assert_eq!(j["transports"][1], json!("posix/memory"));
+        let missing = Err(symcomm::Error::Unsupported("no libucp".into()));
+        let mut s = String::new();
+        ucx_text(&mut s, &missing);
+        assert!(
+            s.contains("unavailable: ") && s.contains("no libucp"),
+            "{s}"
+        );
+        assert_eq!(ucx_json(&missing)["available"], json!(false));
+    }
 
     #[test]
     fn report_has_both_backends() {

@@ -1,6 +1,17 @@
 //! `symcomm launch -n N [--] PROGRAM [ARGS]...`: runs N copies of a program on this machine as
-//! ranks `0..N` of one job — a small local stand-in for `torchrun` / `mpirun`.
+//! ranks `0..N` of one job — a small local stand-in for `torchrun` / `mpirun`. With
+//! `--nnodes M --node-rank K --master-addr HOST [--master-port P]` it starts the N ranks of host
+//! K of a job on M hosts (one `symcomm launch` per host, as with torchrun's options of the same
+//! names): ranks `K*N .. K*N+N` of `M*N`.
 //!
+//! - **Several hosts.** Every rank gets `RANK` (global), `WORLD_SIZE=M*N`, `LOCAL_RANK`,
+//!   `LOCAL_WORLD_SIZE=N`, `MASTER_ADDR=HOST`, `MASTER_PORT=P` (default 29500; symcomm's root,
+//!   global rank 0 on host 0, listens on `P + 1`, torch's store keeps `P`) and
+//!   `SYMCOMM_LAUNCHER=symcomm`; an inherited `SYMCOMM_ID` is removed. The hosts cannot agree
+//!   on a fresh secret, so `SYMCOMM_SECRET` (32 hex digits, the same on every host) must be set
+//!   in the launcher's environment, and the ranks inherit it. Each host's launcher supervises
+//!   only its own ranks: when a rank on another host dies, the ranks here learn it from symcomm
+//!   (`PeerLost`) and fail, and this launcher then stops the rest as below.
 //! - **Rendezvous.** The launcher makes a fresh [`UniqueId`] whose root is `127.0.0.1` on a free
 //!   port, with a new 128-bit secret, and gives every rank `SYMCOMM_ID=<id>`, `RANK=r`,
 //!   `WORLD_SIZE=N`, `LOCAL_RANK=r`, `LOCAL_WORLD_SIZE=N` and `SYMCOMM_LAUNCHER=symcomm`, so
@@ -64,6 +75,12 @@ use symcomm::bootstrap::UniqueId;
 
 /// Most ranks one launch starts.
 const MAX_LAUNCH_RANKS: u32 = 1024;
+/// Most hosts of one job.
+const MAX_NODES: u32 = 1 << 16;
+/// Most ranks of one job across hosts (symcomm's ranks across hosts fit in 20 bits).
+const MAX_JOB_RANKS: u64 = 1 << 20;
+/// `--master-port`'s default (torchrun's).
+const DEFAULT_MASTER_PORT: u16 = 29500;
 /// How often the launcher looks for exited ranks and deadlines when no signal wakes it sooner
 /// (`SIGCHLD` wakes it as soon as a rank exits).
 const POLL: Duration = Duration::from_millis(20);
@@ -93,7 +110,7 @@ launcher's own SIGTERM, are never named.";
 #[derive(Debug, clap::Args)]
 #[command(after_help = BLAME_HELP)]
 pub(crate) struct LaunchArgs {
-    /// Number of ranks (copies of PROGRAM) to start, 1 to 1024.
+    /// Number of ranks (copies of PROGRAM) to start on this host, 1 to 1024.
     #[arg(
         short = 'n',
         long = "nranks",
@@ -101,6 +118,29 @@ pub(crate) struct LaunchArgs {
         value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_LAUNCH_RANKS))
     )]
     nranks: u32,
+
+    /// Number of hosts of the job: run one `symcomm launch` with the same -n on each, with
+    /// --node-rank 0..NNODES and the same --master-addr / --master-port and SYMCOMM_SECRET.
+    #[arg(
+        long,
+        value_name = "NNODES",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_NODES))
+    )]
+    nnodes: u32,
+
+    /// This host's index among the job's hosts, 0 to NNODES-1: its ranks are
+    /// NODE_RANK*N .. NODE_RANK*N+N-1.
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    node_rank: u32,
+
+    /// Address (name or IP) of host 0, where rank 0 runs the rendezvous (required with --nnodes > 1).
+    #[arg(long, value_name = "HOST")]
+    master_addr: Option<String>,
+
+    /// MASTER_PORT for the ranks (torch's store port); symcomm's rendezvous listens on PORT + 1.
+    #[arg(long, value_name = "PORT", default_value_t = DEFAULT_MASTER_PORT)]
+    master_port: u16,
 
     /// When a rank fails or the timeout expires, how long the other ranks get to exit after
     /// SIGTERM before they are killed with SIGKILL, in milliseconds.
@@ -176,16 +216,139 @@ impl fmt::Display for Outcome {
     }
 }
 
-/// The variables every rank gets (besides the launcher's own environment).
-fn rank_env(id: &str, rank: u32, nranks: u32) -> [(&'static str, String); 6] {
-    [
-        ("SYMCOMM_ID", id.to_owned()),
-        ("RANK", rank.to_string()),
-        ("WORLD_SIZE", nranks.to_string()),
-        ("LOCAL_RANK", rank.to_string()),
-        ("LOCAL_WORLD_SIZE", nranks.to_string()),
-        ("SYMCOMM_LAUNCHER", "symcomm".to_owned()),
-    ]
+/// Where the ranks meet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Rendezvous {
+    /// Every rank is here: a fresh id (`SYMCOMM_ID`), its root on 127.0.0.1.
+    Local(String),
+    /// Ranks on several hosts: `MASTER_ADDR` / `MASTER_PORT`, the secret from `SYMCOMM_SECRET`.
+    Hosts { addr: String, port: u16 },
+}
+
+/// The ranks this launcher starts and the job they belong to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Job {
+    rendezvous: Rendezvous,
+    /// The global rank of the first one.
+    first: u32,
+    /// How many (this host's ranks).
+    count: u32,
+    /// Ranks of the whole job.
+    world: u32,
+}
+
+impl Job {
+    /// The job `args` describe. `secret` is `SYMCOMM_SECRET` from the launcher's environment
+    /// (checked, never echoed). A single-host job gets a fresh id (`fresh`).
+    fn from_args(
+        args: &LaunchArgs,
+        secret: Option<&str>,
+        fresh: impl FnOnce() -> symcomm::Result<UniqueId>,
+    ) -> Result<Job, String> {
+        let count = args.nranks;
+        if count == 0 || count > MAX_LAUNCH_RANKS {
+            return Err(format!("-n must be 1 to {MAX_LAUNCH_RANKS}, got {count}"));
+        }
+        if args.node_rank >= args.nnodes {
+            return Err(format!(
+                "--node-rank must be 0 to {} (--nnodes {}), got {}",
+                args.nnodes - 1,
+                args.nnodes,
+                args.node_rank
+            ));
+        }
+        if args.nnodes == 1 {
+            if args.master_addr.is_some() {
+                return Err(
+                    "--master-addr is for jobs on several hosts (--nnodes > 1); \
+                            one host's ranks meet on 127.0.0.1"
+                        .into(),
+                );
+            }
+            let id = fresh().map_err(|e| format!("cannot make a bootstrap id: {e}"))?;
+            return Ok(Job {
+                rendezvous: Rendezvous::Local(id.to_string()),
+                first: 0,
+                count,
+                world: count,
+            });
+        }
+        let world = u64::from(count) * u64::from(args.nnodes);
+        if world > MAX_JOB_RANKS {
+            return Err(format!(
+                "-n {count} x --nnodes {} = {world} ranks; at most {MAX_JOB_RANKS}",
+                args.nnodes
+            ));
+        }
+        let Some(addr) = args.master_addr.clone().filter(|a| !a.trim().is_empty()) else {
+            return Err(format!(
+                "--nnodes {} needs --master-addr: the address of host 0 (--node-rank 0), \
+                 where rank 0 runs the rendezvous",
+                args.nnodes
+            ));
+        };
+        match secret.map(str::trim) {
+            None | Some("") => {
+                return Err(
+                    "a job on several hosts needs SYMCOMM_SECRET: the same 32 hex digits \
+                            in every host's environment (e.g. `openssl rand -hex 16`), so that \
+                            only this job's ranks can join"
+                        .into(),
+                );
+            }
+            Some(s) if s.len() != 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                return Err(format!(
+                    "SYMCOMM_SECRET must be 32 hex digits (128 bits), got {} characters",
+                    s.chars().count()
+                ));
+            }
+            Some(_) => {}
+        }
+        if args.master_port == u16::MAX {
+            return Err(format!(
+                "--master-port {}: the rendezvous listens on PORT + 1, which is not a port",
+                args.master_port
+            ));
+        }
+        Ok(Job {
+            rendezvous: Rendezvous::Hosts {
+                addr,
+                port: args.master_port,
+            },
+            first: args.node_rank * count,
+            count,
+            // At most MAX_JOB_RANKS (checked above).
+            world: u32::try_from(world).unwrap_or(u32::MAX),
+        })
+    }
+
+    /// The variables this launcher's `i`-th rank gets (besides the launcher's own environment).
+    fn rank_env(&self, i: u32) -> Vec<(&'static str, String)> {
+        let mut env = vec![
+            ("RANK", (self.first + i).to_string()),
+            ("WORLD_SIZE", self.world.to_string()),
+            ("LOCAL_RANK", i.to_string()),
+            ("LOCAL_WORLD_SIZE", self.count.to_string()),
+            ("SYMCOMM_LAUNCHER", "symcomm".to_owned()),
+        ];
+        match &self.rendezvous {
+            Rendezvous::Local(id) => env.push(("SYMCOMM_ID", id.clone())),
+            Rendezvous::Hosts { addr, port } => {
+                env.push(("MASTER_ADDR", addr.clone()));
+                env.push(("MASTER_PORT", port.to_string()));
+            }
+        }
+        env
+    }
+
+    /// The inherited variable that would conflict with the rendezvous (`SYMCOMM_ID` and
+    /// `SYMCOMM_SECRET` cannot both be set).
+    fn conflicting_var(&self) -> &'static str {
+        match self.rendezvous {
+            Rendezvous::Local(_) => "SYMCOMM_SECRET",
+            Rendezvous::Hosts { .. } => "SYMCOMM_ID",
+        }
+    }
 }
 
 /// A fresh id rooted at `127.0.0.1` on a port that was free a moment ago.
@@ -338,10 +501,11 @@ pub(crate) fn run(args: &LaunchArgs) -> ExitCode {
         eprintln!("symcomm launch: {msg}");
         ExitCode::from(USAGE_ERROR)
     };
-    let nranks = args.nranks;
-    if nranks == 0 || nranks > MAX_LAUNCH_RANKS {
-        return usage_error(format!("-n must be 1 to {MAX_LAUNCH_RANKS}, got {nranks}"));
-    }
+    let secret = std::env::var("SYMCOMM_SECRET").ok();
+    let job = match Job::from_args(args, secret.as_deref(), fresh_id) {
+        Ok(job) => job,
+        Err(msg) => return usage_error(msg),
+    };
     let Some((program, program_args)) = args.command.split_first() else {
         return usage_error("no program to run".into());
     };
@@ -372,24 +536,20 @@ pub(crate) fn run(args: &LaunchArgs) -> ExitCode {
         return usage_error(format!("cannot start the signal thread: {e}"));
     }
 
-    let id = match fresh_id() {
-        Ok(id) => id.to_string(),
-        Err(e) => return usage_error(format!("cannot make a bootstrap id: {e}")),
-    };
-
     let prefixed = !args.no_prefix;
-    let width = (nranks - 1).to_string().len();
+    let width = (job.world - 1).to_string().len();
     let stdin_to_rank0 = !io::stdin().is_terminal();
     let (pump_done_tx, pump_done) = mpsc::channel::<()>();
     let mut pumps = 0usize;
-    let mut ranks: Vec<Rank> = Vec::with_capacity(nranks as usize);
-    for r in 0..nranks {
+    let mut ranks: Vec<Rank> = Vec::with_capacity(job.count as usize);
+    for i in 0..job.count {
+        let r = job.first + i;
         let mut cmd = Command::new(program);
         cmd.args(program_args)
-            .env_remove("SYMCOMM_SECRET")
-            .envs(rank_env(&id, r, nranks))
+            .env_remove(job.conflicting_var())
+            .envs(job.rank_env(i))
             .process_group(0)
-            .stdin(if r == 0 && stdin_to_rank0 {
+            .stdin(if i == 0 && stdin_to_rank0 {
                 Stdio::inherit()
             } else {
                 Stdio::null()
@@ -444,7 +604,7 @@ pub(crate) fn run(args: &LaunchArgs) -> ExitCode {
     }
     drop(pump_done_tx);
 
-    let code = supervise(&mut ranks, &signals, args);
+    let code = supervise(&mut ranks, job.first, &signals, args);
 
     // Every rank has exited; reap them and let the output threads finish.
     for rank in &mut ranks {
@@ -491,7 +651,13 @@ fn root_cause(failed: &[Seen]) -> Option<(usize, Outcome)> {
 
 /// Waits until every rank has exited, forwarding signals, stopping the job when a rank fails
 /// or the timeout expires; returns the launcher's exit status.
-fn supervise(ranks: &mut [Rank], signals: &mpsc::Receiver<Signal>, args: &LaunchArgs) -> u8 {
+/// Ranks are named globally: `ranks[i]` is rank `first + i`.
+fn supervise(
+    ranks: &mut [Rank],
+    first: u32,
+    signals: &mpsc::Receiver<Signal>,
+    args: &LaunchArgs,
+) -> u8 {
     let start = Instant::now();
     let grace = Duration::from_millis(args.grace_ms);
     // (why, SIGKILL deadline, SIGKILL sent)
@@ -543,7 +709,8 @@ fn supervise(ranks: &mut [Rank], signals: &mpsc::Receiver<Signal>, args: &Launch
         }
         if let Some((until, failed)) = &blame {
             if running == 0 || Instant::now() >= *until {
-                if let Some((rank, outcome)) = root_cause(failed) {
+                if let Some((i, outcome)) = root_cause(failed) {
+                    let rank = u64::from(first) + i as u64;
                     if running > 0 {
                         eprintln!(
                             "symcomm launch: rank {rank} exited with status {outcome}; stopping the other ranks"
@@ -583,11 +750,11 @@ fn supervise(ranks: &mut [Rank], signals: &mpsc::Receiver<Signal>, args: &Launch
                 };
             }
             if !*killed && Instant::now() >= *deadline {
-                let left: Vec<usize> = ranks
+                let left: Vec<u64> = ranks
                     .iter()
                     .enumerate()
                     .filter(|(_, rank)| rank.outcome.is_none())
-                    .map(|(r, _)| r)
+                    .map(|(i, _)| u64::from(first) + i as u64)
                     .collect();
                 eprintln!(
                     "symcomm launch: ranks {left:?} still running {} ms after SIGTERM; killing them",
@@ -631,9 +798,12 @@ mod tests {
         let text = id.to_string();
         assert!(text.starts_with("symcomm1:127.0.0.1:"), "{text}");
         for nranks in [1u32, 3, 8, MAX_LAUNCH_RANKS] {
+            let args = parse(&["-n", &nranks.to_string(), "prog"]).unwrap();
+            let job = Job::from_args(&args, Some("not even hex"), || Ok(id.clone())).unwrap();
+            assert_eq!(job.rendezvous, Rendezvous::Local(text.clone()));
+            assert_eq!(job.conflicting_var(), "SYMCOMM_SECRET");
             for rank in [0, nranks / 2, nranks - 1] {
-                let vars: HashMap<&str, String> =
-                    rank_env(&text, rank, nranks).into_iter().collect();
+                let vars: HashMap<&str, String> = job.rank_env(rank).into_iter().collect();
                 assert!(!vars.contains_key("MASTER_ADDR") && !vars.contains_key("MASTER_PORT"));
                 let config = BootstrapConfig::from_vars(|name| vars.get(name).cloned()).unwrap();
                 assert_eq!(config.rank, rank);
@@ -651,6 +821,106 @@ mod tests {
                 assert!(config.authenticated);
             }
         }
+    }
+
+    const SECRET: &str = "00112233445566778899aabbccddeeff";
+
+    #[test]
+    fn several_hosts_number_ranks_host_by_host_and_meet_at_the_master() {
+        let mut roots = Vec::new();
+        for node in 0..3u32 {
+            let node_rank = node.to_string();
+            let args = parse(&[
+                "-n",
+                "4",
+                "--nnodes",
+                "3",
+                "--node-rank",
+                &node_rank,
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                "4000",
+                "prog",
+            ])
+            .unwrap();
+            let job =
+                Job::from_args(&args, Some(SECRET), || panic!("no fresh id across hosts")).unwrap();
+            assert_eq!((job.first, job.count, job.world), (node * 4, 4, 12));
+            assert_eq!(job.conflicting_var(), "SYMCOMM_ID");
+            for i in 0..4 {
+                let mut vars: HashMap<&str, String> = job.rank_env(i).into_iter().collect();
+                assert_eq!(vars["MASTER_PORT"], "4000");
+                assert!(!vars.contains_key("SYMCOMM_ID"));
+                vars.insert("SYMCOMM_SECRET", SECRET.to_owned());
+                let config = BootstrapConfig::from_vars(|name| vars.get(name).cloned()).unwrap();
+                assert_eq!((config.rank, config.nranks), (node * 4 + i, 12));
+                assert_eq!(
+                    config.local_hint,
+                    Some(LocalHint {
+                        local_rank: i,
+                        local_size: Some(4)
+                    })
+                );
+                assert!(config.authenticated);
+                // torch's store keeps MASTER_PORT; symcomm's root listens on the next port.
+                assert_eq!(
+                    config.id.addr(),
+                    SocketAddr::from((Ipv4Addr::LOCALHOST, 4001))
+                );
+                roots.push(config.id.fingerprint());
+            }
+        }
+        // Every rank of every host derives the same id (root and secret).
+        assert!(roots.windows(2).all(|w| w[0] == w[1]));
+        // The default port is torchrun's.
+        let args = parse(&["-n", "1", "--nnodes", "2", "--master-addr", "h0", "prog"]).unwrap();
+        let job = Job::from_args(&args, Some(SECRET), || panic!("fresh")).unwrap();
+        assert_eq!(
+            job.rendezvous,
+            Rendezvous::Hosts {
+                addr: "h0".into(),
+                port: 29500
+            }
+        );
+    }
+
+    #[test]
+    fn several_hosts_need_a_master_a_secret_and_a_node_rank_in_range() {
+        let job = |argv: &[&str], secret: Option<&str>| {
+            let args = parse(argv).unwrap();
+            Job::from_args(&args, secret, fresh_id)
+        };
+        let two = ["-n", "2", "--nnodes", "2", "--master-addr", "10.0.0.1"];
+        let with = |extra: &[&'static str]| -> Vec<&'static str> {
+            two.iter().chain(extra).copied().collect()
+        };
+        let e = job(&with(&["--node-rank", "2", "p"]), Some(SECRET)).unwrap_err();
+        assert!(e.contains("--node-rank must be 0 to 1"), "{e}");
+        let e = job(&["-n", "2", "--nnodes", "2", "p"], Some(SECRET)).unwrap_err();
+        assert!(e.contains("needs --master-addr"), "{e}");
+        let e = job(&with(&["p"]), None).unwrap_err();
+        assert!(e.contains("needs SYMCOMM_SECRET"), "{e}");
+        let leaked = "0123456789abcdef-not-a-secret-at-all";
+        let e = job(&with(&["p"]), Some(leaked)).unwrap_err();
+        assert!(e.contains("32 hex digits") && !e.contains(leaked), "{e}");
+        let e = job(&with(&["--master-port", "65535", "p"]), Some(SECRET)).unwrap_err();
+        assert!(e.contains("not a port"), "{e}");
+        let e = job(&["-n", "2", "--master-addr", "10.0.0.1", "p"], Some(SECRET)).unwrap_err();
+        assert!(e.contains("several hosts"), "{e}");
+        let e = job(
+            &["-n", "1024", "--nnodes", "2000", "--master-addr", "a", "p"],
+            Some(SECRET),
+        )
+        .unwrap_err();
+        assert!(e.contains("at most 1048576"), "{e}");
+        for bad in [
+            &["-n", "2", "--nnodes", "0", "p"][..],
+            &["-n", "2", "--node-rank", "x", "p"],
+        ] {
+            assert_eq!(parse(bad).unwrap_err().exit_code(), 2, "{bad:?}");
+        }
+        assert!(job(&with(&["--node-rank", "1", "p"]), Some(SECRET)).is_ok());
     }
 
     #[test]

@@ -13,7 +13,9 @@
 //!   `SYMCOMM_PEER_TIMEOUT=1500ms`): `kill -9` of both ranks of host 1, after which host 0's
 //!   ranks must fail with a lost peer, and the link taken down, after which every rank must
 //!   fail (each side loses the other); each within its bound, never a hang. Detection latency
-//!   (from the fault to each survivor's exit, the parent's clock) is printed.
+//!   (from the fault to each survivor's exit, the parent's clock) is printed;
+//! - `symcomm launch --nnodes 2 --node-rank K --master-addr ...`, one per host, 2 ranks each,
+//!   running an all-reduce: the job of 4 ranks forms across the hosts and is bit-exact.
 //!
 //! `cargo test -p symcomm-cli --test hosts -- WORD…` runs the scenarios whose names contain a
 //! WORD.
@@ -61,7 +63,7 @@ fn main() -> ExitCode {
         net.ns[0], net.addr[0], net.ns[1], net.addr[1], net.dev[0], net.dev[1]
     );
     type Scenario = fn(&Net) -> Result<String, String>;
-    let scenarios: [(&str, Scenario); 4] = [
+    let scenarios: [(&str, Scenario); 5] = [
         ("every collective, 2 + 2 ranks interleaved", |n| {
             collectives(n, &[0, 1, 0, 1])
         }),
@@ -72,6 +74,7 @@ fn main() -> ExitCode {
             faults(n, Fault::Kill)
         }),
         ("the link taken down", |n| faults(n, Fault::LinkDown)),
+        ("symcomm launch on each host", launch_on_two_hosts),
     ];
     let mut failed = 0;
     let mut ran = 0;
@@ -308,4 +311,69 @@ fn fault_run(net: &Net, fault: Fault) -> Result<Vec<Duration>, String> {
         }
     }
     Ok(latencies)
+}
+
+/// One `symcomm launch -n 2 --nnodes 2 --node-rank h --master-addr <host 0>` per host, the
+/// ranks running `symcomm perf all_reduce`: global ranks 0-1 on host 0 and 2-3 on host 1.
+fn launch_on_two_hosts(net: &Net) -> Result<String, String> {
+    let secret = "0123456789abcdef0123456789abcdef";
+    let launchers: Vec<Child> = (0..2)
+        .map(|h| {
+            let node_rank = h.to_string();
+            let mut cmd = net.command(h, SYMCOMM);
+            cmd.args([
+                "launch",
+                "-n",
+                "2",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                &node_rank,
+            ])
+            .args(["--master-addr", net.addr[0], "--timeout", "120", "--"])
+            .args([
+                SYMCOMM,
+                "perf",
+                "all_reduce",
+                "-b",
+                "8",
+                "-e",
+                "4K",
+                "-f",
+                "8",
+            ])
+            .args(["-n", "1", "-w", "1", "-d", "all"])
+            .envs(net.host_env(h))
+            .env("SYMCOMM_SECRET", secret)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+            cmd.spawn().unwrap()
+        })
+        .collect();
+    let out = finish(launchers, Instant::now() + JOB_LIMIT)?;
+    for (h, (code, text)) in out.iter().enumerate() {
+        if *code != 0 {
+            return Err(format!("the launcher on host {h} exited {code}: {text}"));
+        }
+        if text.contains(secret) {
+            return Err(format!("the secret appears in host {h}'s output"));
+        }
+    }
+    // Rank 0 prints the table; its rank lines say where every rank ran (the ranks of host 1's
+    // launcher are global ranks 2 and 3).
+    let table = &out[0].1;
+    if !table.contains("[0] # Out of bounds values : 0 OK") {
+        return Err(format!("not every value was right: {table}"));
+    }
+    for (rank, host) in [(0, 0), (1, 0), (2, 1), (3, 1)] {
+        let line = format!("Rank {rank:2} ");
+        let placed = table
+            .lines()
+            .any(|l| l.contains(&line) && l.trim_end().ends_with(&format!("netns-host-{host}")));
+        if !placed {
+            return Err(format!("rank {rank} is not listed on host {host}: {table}"));
+        }
+    }
+    Ok("4 ranks, 2 per host, from two launchers: all-reduce of every type bit-exact".into())
 }

@@ -149,6 +149,16 @@ struct Launch {
     size_t dynamic_shared;
 };
 
+/// One CTA's fiber stacks: a mapping of `nthreads` slots of `stack_bytes`, each with a guard page
+/// below it when `guarded` (those count against the StackBudget while the mapping exists).
+struct StackMap {
+    unsigned char* base = nullptr;
+    size_t map_bytes = 0;
+    size_t stack_bytes = 0;
+    unsigned nthreads = 0;
+    bool guarded = false;
+};
+
 /// Everything one CTA needs, allocated by the launching thread before any kernel code runs.
 struct Cta {
     const Launch* launch = nullptr;
@@ -175,11 +185,8 @@ struct Cta {
     size_t static_used = 0;
     SharedSite sites[kMaxSharedSites] = {};
     unsigned nsites = 0;
-    // Fiber stacks: one mapping, a guard page below each stack when `guarded`.
-    unsigned char* stacks = nullptr;
-    size_t stacks_map_bytes = 0;
-    size_t stack_bytes = 0;
-    bool guarded = false;
+    // Fiber stacks: one mapping, a guard page below each stack when guarded.
+    StackMap stacks;
     ucontext_t main_ctx;
     void* main_tsan = nullptr;
     char tsan_start = 0;  // released by the CTA thread before the first fiber runs
@@ -271,7 +278,7 @@ SYMCOMM_EMU_UNINSTRUMENTED void check_canary(const Cta* c, const Fiber* f) {
     for (unsigned i = 0; i < kCanaryWords; ++i) {
         if (f->canary[i] != kCanary)
             fatal(c, f, "stack overflow: the fiber stack of %zu bytes is too small (set SYMCOMM_EMU_STACK_BYTES)",
-                  c->stack_bytes);
+                  c->stacks.stack_bytes);
     }
 }
 
@@ -475,6 +482,114 @@ private:
 std::atomic<size_t> StackBudget::used_{0};
 const size_t StackBudget::max_stacks_ = StackBudget::max_stacks();
 
+void unmap_stacks(const StackMap& m) {
+    munmap(m.base, m.map_bytes);
+    if (m.guarded) StackBudget::release(m.nthreads);
+}
+
+#if !SYMCOMM_EMU_TSAN
+/// The stacks of finished CTAs, kept for the next launch of the same shape: mapping them anew
+/// (an mmap, an mprotect per guard page, the first touch of every stack, the munmap) costs more
+/// than running a small kernel, and the tests launch thousands. Bounded (kMaxMaps mappings,
+/// kMaxBytes of address space); a launch that finds the StackBudget exhausted empties it first.
+/// Not under ThreadSanitizer: TSan forgets what it knew about memory only when it is unmapped,
+/// so a reused stack would look like memory shared by unrelated emulated threads.
+class StackCache {
+public:
+    /// A cached mapping for `nthreads` stacks of `stack_bytes` (guarded or not, as cached).
+    bool take(unsigned nthreads, size_t stack_bytes, StackMap* out) {
+        std::lock_guard<std::mutex> hold(lock_);
+        for (size_t i = maps_.size(); i-- > 0;) {
+            if (maps_[i].nthreads == nthreads && maps_[i].stack_bytes == stack_bytes) {
+                *out = maps_[i];
+                bytes_ -= out->map_bytes;
+                maps_.erase(maps_.begin() + long(i));
+                return true;
+            }
+        }
+        return false;
+    }
+    /// Keeps `m` for a later launch, or unmaps it when the cache is full.
+    void give(const StackMap& m) {
+        {
+            std::lock_guard<std::mutex> hold(lock_);
+            if (maps_.size() < kMaxMaps && bytes_ + m.map_bytes <= kMaxBytes) {
+                maps_.push_back(m);
+                bytes_ += m.map_bytes;
+                return;
+            }
+        }
+        unmap_stacks(m);
+    }
+    /// Unmaps everything cached (giving its guard pages back to the StackBudget).
+    void clear() {
+        std::vector<StackMap> maps;
+        {
+            std::lock_guard<std::mutex> hold(lock_);
+            maps.swap(maps_);
+            bytes_ = 0;
+        }
+        for (const StackMap& m : maps) unmap_stacks(m);
+    }
+
+private:
+    static constexpr size_t kMaxMaps = 64;
+    static constexpr size_t kMaxBytes = size_t(1) << 30;
+    std::mutex lock_;
+    std::vector<StackMap> maps_;
+    size_t bytes_ = 0;
+};
+StackCache stack_cache;
+#endif
+
+/// Maps `nthreads` fiber stacks of `stack_bytes`, guarded while the StackBudget allows (a cached
+/// mapping of that shape when there is one). Null on success, else what failed (with errno).
+const char* map_stacks(unsigned nthreads, size_t stack_bytes, StackMap* out) {
+#if !SYMCOMM_EMU_TSAN
+    if (stack_cache.take(nthreads, stack_bytes, out)) return nullptr;
+#endif
+    const size_t page = page_size();
+    StackMap m;
+    m.nthreads = nthreads;
+    m.stack_bytes = stack_bytes;
+    m.guarded = StackBudget::reserve(nthreads);
+#if !SYMCOMM_EMU_TSAN
+    if (!m.guarded) {
+        stack_cache.clear();
+        m.guarded = StackBudget::reserve(nthreads);
+    }
+#endif
+    const size_t slot = stack_bytes + (m.guarded ? page : 0);
+    m.map_bytes = slot * nthreads;
+    void* base = mmap(nullptr, m.map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK,
+                      -1, 0);
+    if (base == MAP_FAILED) {
+        if (m.guarded) StackBudget::release(nthreads);
+        return "could not map fiber stacks";
+    }
+    m.base = static_cast<unsigned char*>(base);
+    if (m.guarded) {
+        for (unsigned i = 0; i < nthreads; ++i)
+            if (mprotect(m.base + i * slot, page, PROT_NONE) != 0) {
+                const int saved = errno;
+                unmap_stacks(m);
+                errno = saved;
+                return "could not protect fiber stack guard pages (vm.max_map_count?)";
+            }
+    }
+    *out = m;
+    return nullptr;
+}
+
+/// Gives a CTA's stacks back (to the cache, or to the system).
+void unmap_or_cache_stacks(const StackMap& m) {
+#if !SYMCOMM_EMU_TSAN
+    stack_cache.give(m);
+#else
+    unmap_stacks(m);
+#endif
+}
+
 #if SYMCOMM_EMU_TSAN
 /// TSan fiber contexts, recycled across launches: creating one costs about 0.3 ms and 1 MiB, and
 /// TSan holds at most 8192 threads and fibers. A recycled context continues the program order of
@@ -533,7 +648,6 @@ const char* setup_cta(Cta& c, const Launch& launch, uint3 block_idx, dim3 grid, 
     c.launch = &launch;
     c.block_idx = block_idx;
     c.nthreads = block.x * block.y * block.z;
-    c.stack_bytes = stack_bytes;
 
     c.shared_map_bytes = SYMCOMM_EMU_MAX_STATIC_SHARED + round_up(launch.dynamic_shared, page);
     void* shared = mmap(nullptr, c.shared_map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
@@ -541,18 +655,8 @@ const char* setup_cta(Cta& c, const Launch& launch, uint3 block_idx, dim3 grid, 
     if (shared == MAP_FAILED) return "could not map shared memory";
     c.shared = static_cast<unsigned char*>(shared);
 
-    c.guarded = StackBudget::reserve(c.nthreads);
-    const size_t slot = stack_bytes + (c.guarded ? page : 0);
-    c.stacks_map_bytes = slot * c.nthreads;
-    void* stacks = mmap(nullptr, c.stacks_map_bytes, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-    if (stacks == MAP_FAILED) return "could not map fiber stacks";
-    c.stacks = static_cast<unsigned char*>(stacks);
-    if (c.guarded) {
-        for (unsigned i = 0; i < c.nthreads; ++i)
-            if (mprotect(c.stacks + i * slot, page, PROT_NONE) != 0)
-                return "could not protect fiber stack guard pages (vm.max_map_count?)";
-    }
+    if (const char* e = map_stacks(c.nthreads, stack_bytes, &c.stacks)) return e;
+    const size_t slot = stack_bytes + (c.stacks.guarded ? page : 0);
 
     c.nwarps = (c.nthreads + kWarpSize - 1) / kWarpSize;
     c.fiber_storage = std::vector<Fiber>(c.nthreads);
@@ -581,7 +685,7 @@ const char* setup_cta(Cta& c, const Launch& launch, uint3 block_idx, dim3 grid, 
                 f.self = SymcommEmuThread{{tx, ty, tz}, block_idx, bdim, grid};
                 f.cta = &c;
                 f.linear = i;
-                unsigned char* lo = c.stacks + i * slot + (slot - stack_bytes);
+                unsigned char* lo = c.stacks.base + i * slot + (slot - stack_bytes);
                 f.canary = reinterpret_cast<uint64_t*>(lo);
                 for (unsigned k = 0; k < kCanaryWords; ++k) f.canary[k] = kCanary;
 #if SYMCOMM_EMU_TSAN
@@ -603,8 +707,7 @@ const char* setup_cta(Cta& c, const Launch& launch, uint3 block_idx, dim3 grid, 
 }
 
 void release_cta(Cta& c) {
-    if (c.stacks != nullptr) munmap(c.stacks, c.stacks_map_bytes);
-    if (c.guarded) StackBudget::release(c.nthreads);
+    if (c.stacks.base != nullptr) unmap_or_cache_stacks(c.stacks);
     if (c.shared != nullptr) munmap(c.shared, c.shared_map_bytes);
 }
 

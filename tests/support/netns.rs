@@ -99,6 +99,19 @@ impl Net {
         ip(&["-n", &self.ns[1], "link", "set", &self.dev[1], state])
     }
 
+    /// What every rank on host `h` gets: its host's id, its network device for the bootstrap and
+    /// for UCX (TCP only), the emulator, and a longer init timeout (ranks start one by one).
+    pub(crate) fn host_env(&self, h: usize) -> Vec<(&'static str, String)> {
+        vec![
+            ("SYMCOMM_HOST_ID", format!("netns-host-{h}")),
+            ("SYMCOMM_SOCKET_IFNAME", self.dev[h].clone()),
+            ("SYMCOMM_DEVICE", "emu".to_owned()),
+            ("SYMCOMM_INIT_TIMEOUT", "60s".to_owned()),
+            ("UCX_TLS", "tcp".to_owned()),
+            ("UCX_NET_DEVICES", self.dev[h].clone()),
+        ]
+    }
+
     /// A fresh job id whose root is rank 0 on host 0 (it must be there).
     pub(crate) fn job_id(&self) -> String {
         let root = format!("{}:{ROOT_PORT}", self.addr[0]).parse().unwrap();
@@ -137,12 +150,7 @@ impl Net {
                     .env("WORLD_SIZE", n.to_string())
                     .env("LOCAL_RANK", local_rank.to_string())
                     .env("LOCAL_WORLD_SIZE", local.len().to_string())
-                    .env("SYMCOMM_HOST_ID", format!("netns-host-{h}"))
-                    .env("SYMCOMM_SOCKET_IFNAME", &self.dev[h])
-                    .env("SYMCOMM_DEVICE", "emu")
-                    .env("SYMCOMM_INIT_TIMEOUT", "60s")
-                    .env("UCX_TLS", "tcp")
-                    .env("UCX_NET_DEVICES", &self.dev[h])
+                    .envs(self.host_env(h))
                     .stdin(Stdio::null())
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped());
