@@ -11,6 +11,7 @@
 //! - [`wire`]: the bootstrap wire format as plain values, every frame's encoder and decoder
 //!   (the fuzz targets in `fuzz/`, `tests/wire_props.rs`).
 //! - [`parse`]: the one-value environment parsers (the `env` fuzz target).
+//! - [`bytes_to_other_hosts`]: what a rank has sent between hosts (`tests/coll.rs`).
 
 use symcomm_device::image::{DeviceImage, Module};
 
@@ -19,6 +20,12 @@ use crate::backend::cuda::{CudaDevice, CudaModule, DeviceBuffer, Stream};
 
 pub mod parse;
 pub mod wire;
+
+/// Bytes `comm`'s rank has sent to ranks on other hosts so far (collectives and send/recv over
+/// UCX; 0 for a communicator on one host).
+pub fn bytes_to_other_hosts(comm: &crate::Communicator) -> u64 {
+    comm.bytes_to_other_hosts()
+}
 
 /// The emulator team harness and raw kernel launch.
 pub mod emu {

@@ -32,7 +32,9 @@ use support::values::{
     DTYPES, DType, OPS, Rng, input_exact, op_name, raw_bits, red_op, reduce_vals, seed,
 };
 use symcomm::tune::{self, Algorithm, BackendKind, Collective};
-use symcomm::{Buffer, BufferRef, CommOptions, Communicator, Device, Stream, Window};
+use symcomm::{
+    Buffer, BufferRef, CommOptions, Communicator, DataType, Device, RedOp, Stream, Window,
+};
 
 // ---------------------------------------------------------------------------------------------
 // Cases.
@@ -667,6 +669,60 @@ fn run_group_on(
         failures.len(),
         failures.first().map_or("", String::as_str),
         cases.len()
+    );
+}
+
+/// The bytes each rank sends between hosts in one call of `coll` (`count` f32 per rank; for
+/// all-reduce the whole vector) on ranks placed on `hosts`.
+fn bytes_between_hosts(hosts: &[&str], coll: Collective, count: usize) -> Vec<u64> {
+    let n = hosts.len();
+    try_with_ranks_on_hosts(Device::Emu, hosts, &CommOptions::default(), |comm| {
+        let stream = comm.create_stream().map_err(|e| e.to_string())?;
+        let whole = count * n * 4;
+        let send = Buffer::new(comm.backend(), whole).map_err(|e| e.to_string())?;
+        let recv = Buffer::new(comm.backend(), whole).map_err(|e| e.to_string())?;
+        let f = DataType::F32;
+        // The first call sets up UCX (its addresses go over the control plane, not UCX).
+        let before = symcomm::testing::bytes_to_other_hosts(&comm);
+        match coll {
+            Collective::AllReduce => comm.all_reduce(&send, &recv, count, f, RedOp::Sum, &stream),
+            Collective::ReduceScatter => {
+                comm.reduce_scatter(&send, &recv, count, f, RedOp::Sum, &stream)
+            }
+            Collective::AllGather => comm.all_gather(&send, &recv, count, f, &stream),
+            _ => unreachable!(),
+        }
+        .map_err(|e| e.to_string())?;
+        stream.synchronize().map_err(|e| e.to_string())?;
+        Ok(symcomm::testing::bytes_to_other_hosts(&comm) - before)
+    })
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// With the same number of ranks on every host, each rank moves its own share between hosts
+/// (rails: the ranks with the same index on every host), not one leader per host everything;
+/// uneven hosts go through their leaders.
+#[test]
+fn ranks_share_the_traffic_between_hosts() {
+    let (ar, rs, ag) = (
+        Collective::AllReduce,
+        Collective::ReduceScatter,
+        Collective::AllGather,
+    );
+    let two_by_two = ["a", "b", "a", "b"];
+    // All-reduce of 1024 f32 (4 KiB): each rank's shard (2 KiB) to the other host once.
+    assert_eq!(bytes_between_hosts(&two_by_two, ar, 1024), [2048; 4]);
+    // 1023 elements: shards of 512 (the last one padded).
+    assert_eq!(bytes_between_hosts(&two_by_two, ar, 1023), [2048; 4]);
+    // Reduce-scatter / all-gather of 256 f32 per rank: the other host's rail rank's block.
+    assert_eq!(bytes_between_hosts(&two_by_two, rs, 256), [1024; 4]);
+    assert_eq!(bytes_between_hosts(&two_by_two, ag, 256), [1024; 4]);
+    // Three hosts of one rank: to each other host, once.
+    assert_eq!(bytes_between_hosts(&["a", "b", "c"], ar, 1024), [8192; 3]);
+    // Uneven: host a's leader (rank 0) exchanges the whole vector with host b's only rank.
+    assert_eq!(
+        bytes_between_hosts(&["a", "b", "a"], ar, 1024),
+        [4096, 4096, 0]
     );
 }
 

@@ -2,16 +2,30 @@
 //! own (split from this one: symmetric memory and the built-in kernels) and UCX between hosts.
 //!
 //! Every call has the same three phases: the host's ranks combine or spread the data among
-//! themselves (a collective of the host's communicator), its *leader* (the root, on the root's
-//! host; elsewhere the host's first rank) exchanges the host's part with the other hosts over UCX
-//! (all-to-all: every rank with every remote rank), and the host's ranks spread what came back.
-//! Reductions happen on the device: the leader receives every host's partial result and combines
-//! them in host order with `symcomm_combine`, so every host gets the same bits.
+//! themselves (a collective of the host's communicator), ranks exchange over UCX with ranks of
+//! the other hosts, and the host's ranks spread what came back. Which ranks exchange:
+//!
+//! - **Rails** (all-reduce, reduce-scatter, all-gather, when every host has the same number `L`
+//!   of ranks): the ranks with the same index on every host form a rail, and each rank moves
+//!   only its own share between hosts. All-reduce: the host reduce-scatters the vector into `L`
+//!   shards, each rank swaps its shard's partial result with its rail and combines them, the
+//!   host all-gathers the shards — every rank sends `(H-1) S / L` bytes for `H` hosts and `S`
+//!   bytes per rank, a host `(H-1) S` in all, spread over `L` ranks (and their NICs).
+//!   Reduce-scatter: the host reduce-scatters the blocks laid out by rail, and each rank sends
+//!   each other host's rail rank that rank's partial block. All-gather: each rank swaps its own
+//!   block with its rail, then the host all-gathers the rails' blocks.
+//! - **Leaders** (the other collectives, and hosts with different numbers of ranks): one rank
+//!   per host (the root, on the root's host; elsewhere the host's first rank) exchanges the
+//!   host's part with the other hosts' leaders.
+//!
+//! Reductions happen on the device: partial results of every host are combined in host order
+//! with `symcomm_combine`, so every rank gets the same bits.
 //!
 //! The UCX phase runs on the calling thread: the call waits until its stream has run the first
 //! phase (so it blocks, and cannot be captured in a graph), moves the bytes within
 //! [`Communicator::op_timeout`] and returns with the last phase queued.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Instant;
 
@@ -51,6 +65,8 @@ pub(super) struct Hosts {
     /// grid-stride loop covers any count): what the GPU holds at once, one on the emulator.
     combine: OnceLock<(Kernel, u32, u64)>,
     calls: Mutex<Calls>,
+    /// Bytes this rank has sent to other hosts (collectives and send/recv).
+    sent_bytes: AtomicU64,
 }
 
 /// What consecutive calls share (one call at a time).
@@ -115,6 +131,15 @@ impl Communicator {
                 "communication across hosts could not be set up: {e}"
             ))),
             None => Err(self.multi_host("communication across hosts")),
+        }
+    }
+
+    /// Bytes this rank has sent to ranks on other hosts so far (0 on one host).
+    #[cfg(feature = "testing")]
+    pub(crate) fn bytes_to_other_hosts(&self) -> u64 {
+        match self.hosts.get() {
+            Some(Ok(h)) => h.sent_bytes.load(Ordering::Relaxed),
+            _ => 0,
         }
     }
 
@@ -295,6 +320,7 @@ impl Hosts {
                 sent: vec![0; comm.nranks as usize],
                 received: vec![0; comm.nranks as usize],
             }),
+            sent_bytes: AtomicU64::new(0),
         })
     }
 
@@ -527,6 +553,8 @@ impl Phases<'_> {
         self.hosts
             .ucx
             .exchange(&mut ops, what, deadline, &mut check)?;
+        let sent: u64 = sends.iter().map(|m| m.bytes).sum();
+        self.hosts.sent_bytes.fetch_add(sent, Ordering::Relaxed);
         drop(ops);
         if !on_host {
             for (m, v) in recvs.iter().zip(&recv_copies) {
@@ -731,7 +759,105 @@ impl<'a> Run<'_, 'a> {
         Ok(leader)
     }
 
+    /// The ranks per host when every host has the same number: then the reductions and the
+    /// all-gather run on *rails* (the ranks with the same index on every host exchange their
+    /// shares directly, every rank moving its own share of the bytes between hosts) instead of
+    /// through one leader per host.
+    fn rails(&self) -> Option<u64> {
+        let l = self.hosts.hosts[0].len();
+        self.hosts
+            .hosts
+            .iter()
+            .all(|r| r.len() == l)
+            .then_some(l as u64)
+    }
+
+    /// The ranks with this rank's index on every host (its rail), hosts in order.
+    fn rail(&self) -> Vec<u32> {
+        let j = self.hosts.place(self.me()).1 as usize;
+        self.hosts.hosts.iter().map(|r| r[j]).collect()
+    }
+
+    /// The rail exchange: to the rail rank of every other host `h`, `block` bytes at block
+    /// `send_block(h)` of scratch `from`; from each, `block` bytes into block `h` of scratch `to`.
+    fn swap_on_rail(
+        &self,
+        from: usize,
+        to: usize,
+        block: u64,
+        send_block: impl Fn(usize) -> usize,
+    ) -> Result<()> {
+        let rail = self.rail();
+        let mine = self.hosts.mine;
+        let others = || (0..rail.len()).filter(move |&h| h != mine);
+        let sends: Vec<Msg> = others()
+            .map(|h| Msg {
+                tag: self.seq,
+                peer: rail[h],
+                buf: from,
+                offset: send_block(h) as u64 * block,
+                bytes: block,
+            })
+            .collect();
+        let recvs: Vec<Msg> = others()
+            .map(|h| Msg {
+                tag: self.seq,
+                peer: rail[h],
+                buf: to,
+                offset: h as u64 * block,
+                bytes: block,
+            })
+            .collect();
+        self.exchange(&sends, &recvs)
+    }
+
+    /// All-reduce on rails (`l` ranks on every host): the host reduce-scatters the vector into
+    /// `l` shards (padded to a multiple of `l` elements in scratch 1 when it is not one), each
+    /// rank swaps its shard's partial result with its rail and combines every host's in host
+    /// order, and the host all-gathers the shards.
+    fn all_reduce_on_rails(&mut self, l: u64) -> Result<()> {
+        let c = self.call;
+        let h = self.hosts.hosts.len() as u64;
+        let shard = c.count.div_ceil(l);
+        let block = self.bytes(shard);
+        let padded = shard * l != c.count;
+        let mine = self.hosts.mine as u64;
+        self.grow(0, h * block)?;
+        if padded {
+            self.grow(1, l * block)?;
+            self.copy(self.scratch_addr(1), c.send.addr, self.bytes(c.count))?;
+        }
+        // Phase 1: this rank's shard of the host's partial result, in its host's block.
+        let send = if padded {
+            self.scratch_ref(1).part(0, l * block)
+        } else {
+            c.send
+        };
+        let part = self.scratch_ref(0).part(mine * block, block);
+        let op = self.partial_op();
+        self.local()
+            .reduce_scatter(send, part, shard as usize, c.dtype, op, self.stream)?;
+        // Phase 2: every host's partial of the shard, combined (into block 0).
+        self.swap_on_rail(0, 0, block, |_| mine as usize)?;
+        let k = u32::try_from(h).unwrap_or(u32::MAX);
+        self.combine(self.scratch_addr(0), self.scratch_addr(0), shard, k)?;
+        // Phase 3: the shards to every rank of the host.
+        let shard0 = self.scratch_ref(0).part(0, block);
+        if padded {
+            let gathered = self.scratch_ref(1).part(0, l * block);
+            self.local()
+                .all_gather(shard0, gathered, shard as usize, c.dtype, self.stream)?;
+            self.copy(c.recv.addr, self.scratch_addr(1), self.bytes(c.count))
+        } else {
+            self.local()
+                .all_gather(shard0, c.recv, shard as usize, c.dtype, self.stream)
+        }
+    }
+
     fn all_reduce(&mut self) -> Result<()> {
+        if let Some(l) = self.rails() {
+            return self.all_reduce_on_rails(l);
+        }
         let c = self.call;
         // Phase 2: every leader gets every host's part and combines them into its recv.
         if self.host_partial()? {
@@ -811,7 +937,81 @@ impl<'a> Run<'_, 'a> {
         self.spread_from_leader()
     }
 
+    /// All-gather on rails (`l` ranks on every host): every rank swaps its block with its rail
+    /// (so it holds the blocks of its rail, hosts in order), the host all-gathers those, and
+    /// each rank puts every block at its rank's place.
+    fn all_gather_on_rails(&mut self, l: u64) -> Result<()> {
+        let c = self.call;
+        let h = self.hosts.hosts.len() as u64;
+        let block = self.bytes(c.count);
+        let mine = self.hosts.mine;
+        self.grow(0, h * block)?;
+        self.grow(1, l * h * block)?;
+        self.copy(
+            self.scratch_addr(0) + mine as u64 * block,
+            c.send.addr,
+            block,
+        )?;
+        self.swap_on_rail(0, 0, block, |_| mine)?;
+        // Scratch 1: for each index j on a host, the blocks of the ranks with index j, hosts
+        // in order.
+        let rail = self.scratch_ref(0).part(0, h * block);
+        let all = self.scratch_ref(1).part(0, l * h * block);
+        let per_rail = usize::try_from(h * c.count).unwrap_or(usize::MAX);
+        self.local()
+            .all_gather(rail, all, per_rail, c.dtype, self.stream)?;
+        let gathered = self.scratch_addr(1);
+        for j in 0..l as usize {
+            for (k, ranks) in self.hosts.hosts.iter().enumerate() {
+                let from = gathered + (j as u64 * h + k as u64) * block;
+                self.copy(c.recv.addr + u64::from(ranks[j]) * block, from, block)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reduce-scatter on rails (`l` ranks on every host): each rank's blocks are laid out by
+    /// rail (for each index j on a host, the blocks of the ranks with index j, hosts in order),
+    /// the host reduce-scatters that (rank j gets its rail's blocks, reduced over the host),
+    /// then every rank sends each host's partial to the rail rank there and combines the
+    /// partials of its own block in host order.
+    fn reduce_scatter_on_rails(&mut self, l: u64) -> Result<()> {
+        let c = self.call;
+        let h = self.hosts.hosts.len() as u64;
+        let block = self.bytes(c.count);
+        let mine = self.hosts.mine;
+        self.grow(0, h * block)?;
+        self.grow(1, l * h * block)?;
+        let laid = self.scratch_addr(1);
+        for j in 0..l as usize {
+            for (k, ranks) in self.hosts.hosts.iter().enumerate() {
+                let to = laid + (j as u64 * h + k as u64) * block;
+                self.copy(to, c.send.addr + u64::from(ranks[j]) * block, block)?;
+            }
+        }
+        let all = self.scratch_ref(1).part(0, l * h * block);
+        let rail = self.scratch_ref(0).part(0, h * block);
+        let per_rail = usize::try_from(h * c.count).unwrap_or(usize::MAX);
+        let op = self.partial_op();
+        self.local()
+            .reduce_scatter(all, rail, per_rail, c.dtype, op, self.stream)?;
+        // Block k of scratch 0 is the host's partial of the block of host k's rail rank: send it
+        // there; receive every host's partial of this rank's block into scratch 1.
+        self.swap_on_rail(0, 1, block, |k| k)?;
+        let partials = self.scratch_addr(1);
+        self.copy(
+            partials + mine as u64 * block,
+            self.scratch_addr(0) + mine as u64 * block,
+            block,
+        )?;
+        let k = u32::try_from(h).unwrap_or(u32::MAX);
+        self.combine(partials, c.recv.addr, c.count, k)
+    }
+
     fn all_gather(&mut self) -> Result<()> {
+        if let Some(l) = self.rails() {
+            return self.all_gather_on_rails(l);
+        }
         let c = self.call;
         let block = self.bytes(c.count);
         let n = u64::from(self.comm.nranks);
@@ -876,6 +1076,9 @@ impl<'a> Run<'_, 'a> {
     }
 
     fn reduce_scatter(&mut self) -> Result<()> {
+        if let Some(l) = self.rails() {
+            return self.reduce_scatter_on_rails(l);
+        }
         let c = self.call;
         let n = u64::from(self.comm.nranks);
         let h = self.hosts.hosts.len() as u64;
