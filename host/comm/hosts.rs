@@ -960,11 +960,21 @@ impl<'a> Run<'_, 'a> {
         let per_rail = usize::try_from(h * c.count).unwrap_or(usize::MAX);
         self.local()
             .all_gather(rail, all, per_rail, c.dtype, self.stream)?;
-        let gathered = self.scratch_addr(1);
-        for j in 0..l as usize {
-            for (k, ranks) in self.hosts.hosts.iter().enumerate() {
-                let from = gathered + (j as u64 * h + k as u64) * block;
-                self.copy(c.recv.addr + u64::from(ranks[j]) * block, from, block)?;
+        self.relay_by_rail(true, c.recv.addr, self.scratch_addr(1), block)
+    }
+
+    /// Copies every rank's `block` bytes between its place in `ranked` (rank order) and its
+    /// place in `railed` (by rail: for each index j on a host, the ranks with index j, hosts in
+    /// order): into `ranked` when `to_ranked`, else into `railed`.
+    fn relay_by_rail(&self, to_ranked: bool, ranked: u64, railed: u64, block: u64) -> Result<()> {
+        let hosts = &self.hosts.hosts;
+        let mut i = 0u64;
+        for j in 0..hosts[0].len() {
+            for ranks in hosts {
+                let (r, k) = (ranked + u64::from(ranks[j]) * block, railed + i * block);
+                let (dst, src) = if to_ranked { (r, k) } else { (k, r) };
+                self.copy(dst, src, block)?;
+                i += 1;
             }
         }
         Ok(())
@@ -982,13 +992,7 @@ impl<'a> Run<'_, 'a> {
         let mine = self.hosts.mine;
         self.grow(0, h * block)?;
         self.grow(1, l * h * block)?;
-        let laid = self.scratch_addr(1);
-        for j in 0..l as usize {
-            for (k, ranks) in self.hosts.hosts.iter().enumerate() {
-                let to = laid + (j as u64 * h + k as u64) * block;
-                self.copy(to, c.send.addr + u64::from(ranks[j]) * block, block)?;
-            }
-        }
+        self.relay_by_rail(false, c.send.addr, self.scratch_addr(1), block)?;
         let all = self.scratch_ref(1).part(0, l * h * block);
         let rail = self.scratch_ref(0).part(0, h * block);
         let per_rail = usize::try_from(h * c.count).unwrap_or(usize::MAX);
