@@ -337,6 +337,57 @@ pub const EMU_PARAMS: ModelParams = ModelParams {
     ll_round_bytes: (EMU_MAX_CTAS as u64 * LL_CTA_BYTES) as f64,
 };
 
+/// The link between hosts as the model sees it, per rank: what one exchange round costs besides
+/// its bytes (the message latency plus the host side: the stream synchronized, UCX progressed),
+/// and the bandwidth. Measured across two network namespaces joined by veth, UCX over TCP
+/// (`cargo bench -p symcomm-cli --bench hosts`: 20 µs per small send/recv, 1.1 GB/s at 1 MiB);
+/// a faster network lowers both, which moves the crossovers but not their order.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HostLink {
+    /// One exchange round among ranks on different hosts, µs.
+    pub round_us: f64,
+    /// One rank's bandwidth to other hosts, GB/s (1e9 B/s).
+    pub gbps: f64,
+}
+
+/// The [`HostLink`] the model uses.
+pub const HOST_LINK: HostLink = HostLink {
+    round_us: 20.0,
+    gbps: 1.1,
+};
+
+/// How the ranks of a rail (one per host, see `comm/hosts.rs`) all-reduce their shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RailAllReduce {
+    /// Every rank sends its whole partial shard to every other host's rail rank and combines
+    /// what it gets: one round, `(H-1) B` bytes sent per rank for a shard of `B` bytes.
+    OneShot,
+    /// A reduce-scatter then an all-gather among the rail's ranks, each direct: two rounds,
+    /// `2 (H-1) B / H` bytes.
+    TwoShot,
+}
+
+/// The rail all-reduce of a shard of `shard_bytes` across `hosts` hosts, by the model: two-shot
+/// once its saved bytes outweigh its extra round (never on two hosts, where both send `B`).
+pub fn rail_all_reduce(hosts: u32, shard_bytes: u64) -> RailAllReduce {
+    match rail_two_shot_from(hosts) {
+        Some(from) if shard_bytes >= from => RailAllReduce::TwoShot,
+        _ => RailAllReduce::OneShot,
+    }
+}
+
+/// The smallest shard (bytes) whose rail all-reduce is two-shot on `hosts` hosts: where
+/// `round + (H-1) B / bw = 2 round + 2 (H-1) B / (H bw)`, i.e. `B = round bw H / ((H-1)(H-2))`;
+/// `None` for fewer than three hosts.
+pub fn rail_two_shot_from(hosts: u32) -> Option<u64> {
+    if hosts < 3 {
+        return None;
+    }
+    let h = f64::from(hosts);
+    let bytes_per_us = HOST_LINK.gbps * 1e3;
+    Some((HOST_LINK.round_us * bytes_per_us * h / ((h - 1.0) * (h - 2.0))).ceil() as u64)
+}
+
 /// The model parameters of `backend`.
 pub fn params(backend: BackendKind) -> &'static ModelParams {
     match backend {
@@ -679,6 +730,25 @@ pub fn threads(nranks: u32, backend: BackendKind) -> u32 {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    /// The rail all-reduce's crossover, pinned: never two-shot on two hosts (both send the
+    /// shard once); on three hosts from 33 KB of shard, on four from 14.7 KB, and lower as
+    /// hosts are added; one byte below it one-shot.
+    #[test]
+    fn rail_all_reduce_crossovers() {
+        assert_eq!(rail_two_shot_from(2), None);
+        assert_eq!(rail_all_reduce(2, u64::MAX), RailAllReduce::OneShot);
+        assert_eq!(rail_two_shot_from(3), Some(33_000));
+        assert_eq!(rail_two_shot_from(4), Some(14_667));
+        let mut last = u64::MAX;
+        for h in 3..64 {
+            let from = rail_two_shot_from(h).unwrap();
+            assert!(from < last, "{h} hosts: {from}");
+            last = from;
+            assert_eq!(rail_all_reduce(h, from), RailAllReduce::TwoShot);
+            assert_eq!(rail_all_reduce(h, from - 1), RailAllReduce::OneShot);
+        }
+    }
 
     use super::*;
 

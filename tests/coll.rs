@@ -555,8 +555,24 @@ fn across_hosts(hosts: &[&str]) {
     let seed = seed();
     let mut rng = Rng(seed ^ (u64::from(n) << 32) ^ 0x4057);
     let mut cases = select_cases(n, &mut rng);
+    // The all-reduces of two-shot size also reach the rails' two-shot (shards of at least
+    // tune::rail_two_shot_from(hosts) bytes) when the hosts have rails and three or more.
+    let mut names = hosts.to_vec();
+    names.sort_unstable();
+    names.dedup();
+    let per_host = hosts.len() / names.len();
+    let even = names
+        .iter()
+        .all(|h| hosts.iter().filter(|x| *x == h).count() == per_host);
+    let rail_two_shot = tune::rail_two_shot_from(names.len() as u32).filter(|_| even);
     for c in &mut cases {
         c.place = Place::Buffers;
+        if let (Some(from), Some(big)) = (rail_two_shot, two_shot_count(n, &c.dt)) {
+            if c.coll == Collective::AllReduce && c.count >= big {
+                let shard_elems = (from as usize).div_ceil(c.dt.size);
+                c.count = c.count.max(shard_elems * per_host + c.count - big);
+            }
+        }
     }
     let options = CommOptions::default().with_device_timeout(Duration::from_secs(30));
     run_group_on(
@@ -717,8 +733,11 @@ fn ranks_share_the_traffic_between_hosts() {
     // Reduce-scatter / all-gather of 256 f32 per rank: the other host's rail rank's block.
     assert_eq!(bytes_between_hosts(&two_by_two, rs, 256), [1024; 4]);
     assert_eq!(bytes_between_hosts(&two_by_two, ag, 256), [1024; 4]);
-    // Three hosts of one rank: to each other host, once.
+    // Three hosts of one rank: a small vector to each other host, once (one-shot)...
     assert_eq!(bytes_between_hosts(&["a", "b", "c"], ar, 1024), [8192; 3]);
+    // ...a large one (48 KiB, beyond tune::rail_two_shot_from(3)) as a third to each in two
+    // rounds (two-shot): 4 x 16 KiB instead of 2 x 48 KiB.
+    assert_eq!(bytes_between_hosts(&["a", "b", "c"], ar, 12288), [65536; 3]);
     // Uneven: host a's leader (rank 0) exchanges the whole vector with host b's only rank.
     assert_eq!(
         bytes_between_hosts(&["a", "b", "a"], ar, 1024),
@@ -734,6 +753,13 @@ fn two_hosts_of_two_ranks() {
 #[test]
 fn three_hosts_of_one_rank() {
     across_hosts(&["host-a", "host-b", "host-c"]);
+}
+
+#[test]
+fn three_hosts_of_two_ranks() {
+    // Rails of three ranks: the large all-reduces take the two-shot rail path with shards of
+    // half the vector.
+    across_hosts(&["host-a", "host-a", "host-b", "host-b", "host-c", "host-c"]);
 }
 
 #[test]

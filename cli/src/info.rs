@@ -81,6 +81,20 @@ fn tuning_text(s: &mut String) {
         "local GB/s",
         ranks.join(" / ")
     );
+    let link = tune::HOST_LINK;
+    let rails: Vec<String> = RAIL_HOSTS
+        .iter()
+        .map(|&h| tune::rail_two_shot_from(h).map_or_else(|| "never".to_owned(), human_bytes))
+        .collect();
+    let _ = writeln!(
+        s,
+        "  across hosts: {} us per exchange round, {} GB/s per rank; rail all-reduce two-shot from \
+         (shard bytes, {} hosts) {}",
+        link.round_us,
+        link.gbps,
+        RAIL_HOSTS.map(|h| h.to_string()).join(" / "),
+        rails.join(" / ")
+    );
     for b in BackendKind::ALL {
         let p = tune::params(b);
         let sizes = |f: fn(u32, BackendKind) -> Option<u64>| -> String {
@@ -132,6 +146,9 @@ fn tuning_json() -> Value {
     }
     t
 }
+
+/// Host counts whose rail all-reduce crossover `symcomm info` shows.
+const RAIL_HOSTS: [u32; 4] = [2, 3, 4, 8];
 
 /// The collectives besides all-reduce with an LL algorithm, whose LL limits `symcomm info` shows.
 const LL_REPORTED: [(&str, tune::Collective); 3] = [
@@ -185,7 +202,16 @@ fn model_report() -> Value {
             )
         })
         .collect();
+    let rails: Vec<Value> = RAIL_HOSTS
+        .iter()
+        .map(|&h| json!({ "hosts": h, "shard_bytes": tune::rail_two_shot_from(h) }))
+        .collect();
     json!({
+        "across_hosts": {
+            "round_us": tune::HOST_LINK.round_us,
+            "gbps": tune::HOST_LINK.gbps,
+            "rail_all_reduce_two_shot_from": rails,
+        },
         "model": "time_us = launch_us + barriers x barrier_us + ll_hops x ll_hop_us + peer_bytes / (1000 x peer_read_gbps) + local_bytes / (1000 x local_gbps)",
         "params_status": "CUDA: calibrated on an H200 (scripts/gpu-check, 2026-12-04); emulator: estimates",
         "backends": backends,
@@ -491,6 +517,12 @@ mod tests {
     #[test]
     fn report_has_both_backends() {
         let r = model_report();
+        let rails = r["across_hosts"]["rail_all_reduce_two_shot_from"]
+            .as_array()
+            .unwrap();
+        for (v, h) in rails.iter().zip(RAIL_HOSTS) {
+            assert_eq!(v["shard_bytes"], json!(tune::rail_two_shot_from(h)));
+        }
         for b in BackendKind::ALL {
             let be = &r["backends"][b.name()];
             assert_eq!(be["params"]["launch_us"], json!(tune::params(b).launch_us));

@@ -8,9 +8,12 @@
 //! - **Rails** (all-reduce, reduce-scatter, all-gather, when every host has the same number `L`
 //!   of ranks): the ranks with the same index on every host form a rail, and each rank moves
 //!   only its own share between hosts. All-reduce: the host reduce-scatters the vector into `L`
-//!   shards, each rank swaps its shard's partial result with its rail and combines them, the
-//!   host all-gathers the shards — every rank sends `(H-1) S / L` bytes for `H` hosts and `S`
-//!   bytes per rank, a host `(H-1) S` in all, spread over `L` ranks (and their NICs).
+//!   shards, the ranks of each rail all-reduce their shard's partial results, the host
+//!   all-gathers the shards. The rail's all-reduce is one-shot (each rank sends its partial
+//!   to the others and combines: `(H-1) S / L` bytes per rank for `H` hosts and `S` bytes per
+//!   rank, spread over `L` ranks and their NICs) or, for large shards on three hosts or more,
+//!   two-shot (a direct reduce-scatter then all-gather among the rail: `2 (H-1) S / (H L)`
+//!   bytes in two rounds), by the model (`tune::rail_all_reduce`).
 //!   Reduce-scatter: the host reduce-scatters the blocks laid out by rail, and each rank sends
 //!   each other host's rail rank that rank's partial block. All-gather: each rank swaps its own
 //!   block with its rail, then the host all-gathers the rails' blocks.
@@ -34,7 +37,7 @@ use super::coll::{BufferRef, Call};
 use super::payload::Tag;
 use crate::image::DEVICE_IMAGE;
 use crate::stream::{Buffer, Event, Kernel, KernelArgs, LaunchConfig, Stream};
-use crate::tune::Collective;
+use crate::tune::{self, Collective};
 use crate::ucx::{Op, Ucx};
 use crate::{Error, RedOp, Result};
 use symcomm_device::abi::{P2pOp, SYMCOMM_P2P_RECV, SYMCOMM_P2P_SEND};
@@ -86,6 +89,9 @@ struct Calls {
 /// The tag bit of send/recv messages (collectives number their messages by call, send/recv per
 /// pair of ranks).
 const P2P_TAG: u64 = 1 << 43;
+/// Where a collective's exchange round goes in its messages' tags (below [`P2P_TAG`]; call
+/// numbers stay below it).
+const ROUND_SHIFT: u32 = 40;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -658,7 +664,7 @@ impl<'a> Run<'_, 'a> {
             .arg(&divisor);
         // SAFETY: the arguments are symcomm_combine's, in order and with their types; `src`
         // holds k blocks of `count` elements (this call's scratch memory) and `dst` is the first
-        // block or the call's validated receive buffer; both stay allocated until the stream ran
+        // block, other scratch memory of this call, or the call's validated receive buffer; both stay allocated until the stream ran
         // the kernel (see Self::copy).
         unsafe {
             self.stream
@@ -778,43 +784,36 @@ impl<'a> Run<'_, 'a> {
         self.hosts.hosts.iter().map(|r| r[j]).collect()
     }
 
-    /// The rail exchange: to the rail rank of every other host `h`, `block` bytes at block
-    /// `send_block(h)` of scratch `from`; from each, `block` bytes into block `h` of scratch `to`.
+    /// The rail exchange: to the rail rank of every other host `k`, `bytes` bytes at
+    /// `send_at(k)` (scratch buffer, byte offset); from each, `bytes` bytes into `recv_at(k)`.
+    /// `round` numbers the exchanges of one call (their messages' tags differ).
     fn swap_on_rail(
         &self,
-        from: usize,
-        to: usize,
-        block: u64,
-        send_block: impl Fn(usize) -> usize,
+        round: u64,
+        bytes: u64,
+        send_at: impl Fn(usize) -> (usize, u64),
+        recv_at: impl Fn(usize) -> (usize, u64),
     ) -> Result<()> {
         let rail = self.rail();
         let mine = self.hosts.mine;
-        let others = || (0..rail.len()).filter(move |&h| h != mine);
-        let sends: Vec<Msg> = others()
-            .map(|h| Msg {
-                tag: self.seq,
-                peer: rail[h],
-                buf: from,
-                offset: send_block(h) as u64 * block,
-                bytes: block,
-            })
-            .collect();
-        let recvs: Vec<Msg> = others()
-            .map(|h| Msg {
-                tag: self.seq,
-                peer: rail[h],
-                buf: to,
-                offset: h as u64 * block,
-                bytes: block,
-            })
-            .collect();
+        let tag = self.seq | round << ROUND_SHIFT;
+        let msg = |k: usize, (buf, offset): (usize, u64)| Msg {
+            tag,
+            peer: rail[k],
+            buf,
+            offset,
+            bytes,
+        };
+        let others = || (0..rail.len()).filter(move |&k| k != mine);
+        let sends: Vec<Msg> = others().map(|k| msg(k, send_at(k))).collect();
+        let recvs: Vec<Msg> = others().map(|k| msg(k, recv_at(k))).collect();
         self.exchange(&sends, &recvs)
     }
 
     /// All-reduce on rails (`l` ranks on every host): the host reduce-scatters the vector into
-    /// `l` shards (padded to a multiple of `l` elements in scratch 1 when it is not one), each
-    /// rank swaps its shard's partial result with its rail and combines every host's in host
-    /// order, and the host all-gathers the shards.
+    /// `l` shards (padded to a multiple of `l` elements in scratch 1 when it is not one), the
+    /// ranks of each rail all-reduce their shard's partial results (one-shot or two-shot, by
+    /// the model: `tune::rail_all_reduce`), and the host all-gathers the shards.
     fn all_reduce_on_rails(&mut self, l: u64) -> Result<()> {
         let c = self.call;
         let h = self.hosts.hosts.len() as u64;
@@ -822,35 +821,58 @@ impl<'a> Run<'_, 'a> {
         let block = self.bytes(shard);
         let padded = shard * l != c.count;
         let mine = self.hosts.mine as u64;
-        self.grow(0, h * block)?;
+        let hosts = u32::try_from(h).unwrap_or(u32::MAX);
+        let two_shot = tune::rail_all_reduce(hosts, block) == tune::RailAllReduce::TwoShot;
+        // Scratch 0. One-shot: a block per host, each host's partial shard (this host's in its
+        // own block); the result in block 0. Two-shot: the partial shard split into h pieces
+        // (padded to h pieces of `piece` elements), then every host's partial of this rank's
+        // piece, then the reduced pieces (the result).
+        let piece = shard.div_ceil(h);
+        let pb = self.bytes(piece);
+        let (partial_at, result_at) = if two_shot {
+            (0, 2 * h * pb)
+        } else {
+            (mine * block, 0)
+        };
+        self.grow(0, if two_shot { 3 * h * pb } else { h * block })?;
         if padded {
             self.grow(1, l * block)?;
             self.copy(self.scratch_addr(1), c.send.addr, self.bytes(c.count))?;
         }
-        // Phase 1: this rank's shard of the host's partial result, in its host's block.
+        // Phase 1: this rank's shard of the host's partial result.
         let send = if padded {
             self.scratch_ref(1).part(0, l * block)
         } else {
             c.send
         };
-        let part = self.scratch_ref(0).part(mine * block, block);
+        let part = self.scratch_ref(0).part(partial_at, block);
         let op = self.partial_op();
         self.local()
             .reduce_scatter(send, part, shard as usize, c.dtype, op, self.stream)?;
-        // Phase 2: every host's partial of the shard, combined (into block 0).
-        self.swap_on_rail(0, 0, block, |_| mine as usize)?;
-        let k = u32::try_from(h).unwrap_or(u32::MAX);
-        self.combine(self.scratch_addr(0), self.scratch_addr(0), shard, k)?;
+        // Phase 2: the rail's all-reduce of the shard.
+        let s0 = self.scratch_addr(0);
+        if two_shot {
+            let (got, reduced) = (h * pb, 2 * h * pb);
+            let at = |base: u64| move |k: usize| (0, base + k as u64 * pb);
+            self.swap_on_rail(0, pb, at(0), at(got))?;
+            self.copy(s0 + got + mine * pb, s0 + mine * pb, pb)?;
+            self.combine(s0 + got, s0 + reduced + mine * pb, piece, hosts)?;
+            self.swap_on_rail(1, pb, |_| at(reduced)(mine as usize), at(reduced))?;
+        } else {
+            let at = |k: usize| (0, k as u64 * block);
+            self.swap_on_rail(0, block, |_| at(mine as usize), at)?;
+            self.combine(s0, s0, shard, hosts)?;
+        }
         // Phase 3: the shards to every rank of the host.
-        let shard0 = self.scratch_ref(0).part(0, block);
+        let result = self.scratch_ref(0).part(result_at, block);
         if padded {
             let gathered = self.scratch_ref(1).part(0, l * block);
             self.local()
-                .all_gather(shard0, gathered, shard as usize, c.dtype, self.stream)?;
+                .all_gather(result, gathered, shard as usize, c.dtype, self.stream)?;
             self.copy(c.recv.addr, self.scratch_addr(1), self.bytes(c.count))
         } else {
             self.local()
-                .all_gather(shard0, c.recv, shard as usize, c.dtype, self.stream)
+                .all_gather(result, c.recv, shard as usize, c.dtype, self.stream)
         }
     }
 
@@ -952,7 +974,8 @@ impl<'a> Run<'_, 'a> {
             c.send.addr,
             block,
         )?;
-        self.swap_on_rail(0, 0, block, |_| mine)?;
+        let at = move |k: usize| (0, k as u64 * block);
+        self.swap_on_rail(0, block, |_| at(mine), at)?;
         // Scratch 1: for each index j on a host, the blocks of the ranks with index j, hosts
         // in order.
         let rail = self.scratch_ref(0).part(0, h * block);
@@ -1001,7 +1024,12 @@ impl<'a> Run<'_, 'a> {
             .reduce_scatter(all, rail, per_rail, c.dtype, op, self.stream)?;
         // Block k of scratch 0 is the host's partial of the block of host k's rail rank: send it
         // there; receive every host's partial of this rank's block into scratch 1.
-        self.swap_on_rail(0, 1, block, |k| k)?;
+        self.swap_on_rail(
+            0,
+            block,
+            |k| (0, k as u64 * block),
+            |k| (1, k as u64 * block),
+        )?;
         let partials = self.scratch_addr(1);
         self.copy(
             partials + mine as u64 * block,
