@@ -745,6 +745,47 @@ fn ranks_share_the_traffic_between_hosts() {
     );
 }
 
+/// Send/recv rings across hosts (every neighbour on the other host), out of place and in place
+/// (a send and a receive of the same bytes: the emulator moves the caller's memory in place
+/// except there), every message bit-exact.
+#[test]
+fn send_recv_rings_across_hosts() {
+    let hosts = ["a", "b", "a", "b"];
+    let wrong = try_with_ranks_on_hosts(Device::Emu, &hosts, &CommOptions::default(), |comm| {
+        let s = comm.create_stream().map_err(|e| e.to_string())?;
+        let (me, n) = (comm.rank(), comm.nranks());
+        let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+        let value = |r: u32, i: usize| (r << 24) ^ (i as u32).wrapping_mul(40_503);
+        let mut wrong = 0;
+        for count in [1usize, 999, 300_001] {
+            for in_place in [false, true] {
+                let send = comm.alloc_buffer(count * 4).map_err(|e| e.to_string())?;
+                let other = comm.alloc_buffer(count * 4).map_err(|e| e.to_string())?;
+                let recv = if in_place { &send } else { &other };
+                let mine: Vec<u32> = (0..count).map(|i| value(me, i)).collect();
+                send.write(0, &mine).map_err(|e| e.to_string())?;
+                comm.group(&s, |g| {
+                    g.send(&send, count, DataType::U32, next)?;
+                    g.recv(recv, count, DataType::U32, prev)
+                })
+                .map_err(|e| e.to_string())?;
+                s.synchronize().map_err(|e| e.to_string())?;
+                let mut got = vec![0u32; count];
+                recv.read(0, &mut got).map_err(|e| e.to_string())?;
+                wrong += (0..count).filter(|&i| got[i] != value(prev, i)).count();
+                if !in_place {
+                    // The send buffer is untouched.
+                    send.read(0, &mut got).map_err(|e| e.to_string())?;
+                    wrong += (0..count).filter(|&i| got[i] != mine[i]).count();
+                }
+            }
+        }
+        Ok(wrong)
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(wrong, [0; 4], "#wrong per rank");
+}
+
 #[test]
 fn two_hosts_of_two_ranks() {
     across_hosts(&["host-a", "host-a", "host-b", "host-b"]);

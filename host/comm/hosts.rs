@@ -86,6 +86,10 @@ struct Calls {
     received: Vec<u64>,
 }
 
+/// [`Msg::buf`] of a message straight from or into the caller's memory, on the emulator only
+/// (its device memory is host memory, which UCX reads and writes in place).
+const CALLERS: usize = usize::MAX;
+
 /// The tag bit of send/recv messages (collectives number their messages by call, send/recv per
 /// pair of ranks).
 const P2P_TAG: u64 = 1 << 43;
@@ -246,10 +250,36 @@ impl Hosts {
             scratch: &mut calls.scratch,
             what: "send/recv",
         };
+        // On the emulator UCX moves the caller's memory in place, except where ranges overlap:
+        // a send that a receive of the group overwrites (the local group runs before the
+        // exchange) and receives into overlapping memory go through scratch memory, as every
+        // message does on CUDA. (No empty message is direct: its address may be null.)
+        if comm.backend().is_emu() {
+            let receives: Vec<(usize, u64, u64)> = local
+                .iter()
+                .filter(|p| !p.send)
+                .map(|p| (usize::MAX, p.addr, p.bytes))
+                .chain(
+                    msgs.iter()
+                        .enumerate()
+                        .filter(|(_, (send, _, _))| !*send)
+                        .map(|(i, (_, m, a))| (i, *a, m.bytes)),
+                )
+                .collect();
+            for (i, (_, m, addr)) in msgs.iter_mut().enumerate() {
+                let (start, end) = (*addr, *addr + m.bytes);
+                let clear = receives
+                    .iter()
+                    .all(|&(j, a, n)| j == i || n == 0 || end <= a || a + n <= start);
+                if m.bytes > 0 && clear {
+                    (m.buf, m.offset) = (CALLERS, *addr);
+                }
+            }
+        }
         phases.grow(0, at)?;
         let base = phases.scratch_addr(0);
         // What leaves is copied out before the local group may overwrite it (in place).
-        for (_, m, addr) in msgs.iter().filter(|(send, _, _)| *send) {
+        for (_, m, addr) in msgs.iter().filter(|(send, m, _)| *send && m.buf != CALLERS) {
             phases.copy(base + m.offset, *addr, m.bytes)?;
         }
         if !local.is_empty() {
@@ -274,7 +304,7 @@ impl Hosts {
         let recvs: Vec<(Msg, u64)> = recvs.into_iter().map(|(_, m, a)| (m, a)).collect();
         let recv_msgs: Vec<Msg> = recvs.iter().map(|(m, _)| *m).collect();
         phases.exchange(&sends, &recv_msgs)?;
-        for (m, addr) in &recvs {
+        for (m, addr) in recvs.iter().filter(|(m, _)| m.buf != CALLERS) {
             phases.copy(*addr, base + m.offset, m.bytes)?;
         }
         stream.synchronize()
@@ -453,8 +483,9 @@ impl std::ops::DerefMut for Run<'_, '_> {
     }
 }
 
-/// A message of the inter-host phase: `bytes` bytes at `offset` of scratch buffer `buf`, to or
-/// from `peer`, with UCX tag `tag`.
+/// A message of the inter-host phase: `bytes` bytes at `offset` of scratch buffer `buf` (or, with
+/// `buf` [`CALLERS`], at address `offset` of the caller's memory), to or from `peer`, with UCX
+/// tag `tag`.
 #[derive(Clone, Copy)]
 struct Msg {
     peer: u32,
@@ -529,8 +560,11 @@ impl Phases<'_> {
         for (i, m) in sends.iter().enumerate() {
             let data: &[u8] = if on_host {
                 // SAFETY: scratch memory of this call (host memory on the emulator), in bounds
-                // (the callers sized it for the message), and no device work touches it: the
-                // stream was synchronized above and the previous call's work had finished.
+                // (the callers sized it for the message), or the caller's validated memory
+                // ([`CALLERS`]: send/recv, which waits for the exchange before returning); no
+                // device work touches it: the stream was synchronized above and the previous
+                // call's work had finished (other streams' use of the caller's memory is the
+                // caller's contract, as for every collective).
                 unsafe { self.host_slice(m) }
             } else {
                 &send_copies[i]
@@ -545,7 +579,8 @@ impl Phases<'_> {
         for m in recvs {
             let data: &mut [u8] = if on_host {
                 // SAFETY: as for the sends; the receive ranges overlap no other message's range
-                // (the callers give each message its own block).
+                // (the callers give each message its own block of scratch memory, and send/recv
+                // takes the caller's memory only where no other message's range overlaps it).
                 unsafe { self.host_slice_mut(m) }
             } else {
                 copies.next().map_or(&mut [][..], Vec::as_mut_slice)
@@ -586,11 +621,21 @@ impl Phases<'_> {
         self.buffer(m)?.write(offset, data)
     }
 
-    /// # Safety
-    /// Emulator scratch memory; `m` within it; no device work on it while the slice lives.
-    unsafe fn host_slice(&self, m: &Msg) -> &[u8] {
+    /// The address `m.offset` is relative to: its scratch buffer's, or 0 for the caller's memory.
+    fn host_base(&self, m: &Msg) -> u64 {
+        if m.buf == CALLERS {
+            return 0;
+        }
         let base = self.scratch_addr(m.buf);
         debug_assert!(base != 0);
+        base
+    }
+
+    /// # Safety
+    /// Emulator memory (scratch, or the caller's with [`CALLERS`]); `m` within it; no device
+    /// work on it while the slice lives.
+    unsafe fn host_slice(&self, m: &Msg) -> &[u8] {
+        let base = self.host_base(m);
         // SAFETY: the caller's contract.
         unsafe { std::slice::from_raw_parts((base + m.offset) as *const u8, m.bytes as usize) }
     }
@@ -599,8 +644,7 @@ impl Phases<'_> {
     /// As [`Self::host_slice`], and no other live slice overlaps `m`.
     #[allow(clippy::mut_from_ref)]
     unsafe fn host_slice_mut(&self, m: &Msg) -> &mut [u8] {
-        let base = self.scratch_addr(m.buf);
-        debug_assert!(base != 0);
+        let base = self.host_base(m);
         // SAFETY: the caller's contract.
         unsafe { std::slice::from_raw_parts_mut((base + m.offset) as *mut u8, m.bytes as usize) }
     }
