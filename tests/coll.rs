@@ -706,6 +706,7 @@ fn bytes_between_hosts(hosts: &[&str], coll: Collective, count: usize) -> Vec<u6
                 comm.reduce_scatter(&send, &recv, count, f, RedOp::Sum, &stream)
             }
             Collective::AllGather => comm.all_gather(&send, &recv, count, f, &stream),
+            Collective::Broadcast => comm.broadcast(&send, &recv, count, f, 0, &stream),
             _ => unreachable!(),
         }
         .map_err(|e| e.to_string())?;
@@ -733,6 +734,12 @@ fn ranks_share_the_traffic_between_hosts() {
     // Reduce-scatter / all-gather of 256 f32 per rank: the other host's rail rank's block.
     assert_eq!(bytes_between_hosts(&two_by_two, rs, 256), [1024; 4]);
     assert_eq!(bytes_between_hosts(&two_by_two, ag, 256), [1024; 4]);
+    // Broadcast of 1024 f32 from rank 0: each rank of the root's host sends its half.
+    let bc = Collective::Broadcast;
+    assert_eq!(
+        bytes_between_hosts(&two_by_two, bc, 1024),
+        [2048, 0, 2048, 0]
+    );
     // Three hosts of one rank: a small vector to each other host, once (one-shot)...
     assert_eq!(bytes_between_hosts(&["a", "b", "c"], ar, 1024), [8192; 3]);
     // ...a large one (48 KiB, beyond tune::rail_two_shot_from(3)) as a third to each in two

@@ -5,7 +5,7 @@
 //! themselves (a collective of the host's communicator), ranks exchange over UCX with ranks of
 //! the other hosts, and the host's ranks spread what came back. Which ranks exchange:
 //!
-//! - **Rails** (all-reduce, reduce-scatter, all-gather, when every host has the same number `L`
+//! - **Rails** (all-reduce, reduce-scatter, all-gather, broadcast, when every host has the same number `L`
 //!   of ranks): the ranks with the same index on every host form a rail, and each rank moves
 //!   only its own share between hosts. All-reduce: the host reduce-scatters the vector into `L`
 //!   shards, the ranks of each rail all-reduce their shard's partial results, the host
@@ -17,6 +17,8 @@
 //!   Reduce-scatter: the host reduce-scatters the blocks laid out by rail, and each rank sends
 //!   each other host's rail rank that rank's partial block. All-gather: each rank swaps its own
 //!   block with its rail, then the host all-gathers the rails' blocks.
+//!   Broadcast: the root's host broadcasts, each of its ranks sends its shard to its rail, the
+//!   other hosts all-gather the shards.
 //! - **Leaders** (the other collectives, and hosts with different numbers of ranks): one rank
 //!   per host (the root, on the root's host; elsewhere the host's first rank) exchanges the
 //!   host's part with the other hosts' leaders.
@@ -957,7 +959,60 @@ impl<'a> Run<'_, 'a> {
         Ok(())
     }
 
+    /// Broadcast on rails (`l` ranks on every host): the root's host broadcasts among itself,
+    /// each of its ranks sends its shard (a `1/l`, padded) to its rail, and every other host
+    /// all-gathers the shards.
+    fn broadcast_on_rails(&mut self, l: u64) -> Result<()> {
+        let c = self.call;
+        let shard = c.count.div_ceil(l);
+        let block = self.bytes(shard);
+        let (root_host, _) = self.hosts.place(c.root);
+        let j = u64::from(self.hosts.place(self.me()).1);
+        self.grow(0, l * block)?;
+        if self.hosts.mine == root_host {
+            let lroot = self.local_leader();
+            self.local().broadcast(
+                c.send,
+                c.recv,
+                c.count as usize,
+                c.dtype,
+                lroot,
+                self.stream,
+            )?;
+            self.copy(self.scratch_addr(0), c.recv.addr, self.bytes(c.count))?;
+            let rail = self.rail();
+            let sends: Vec<Msg> = (0..rail.len())
+                .filter(|&k| k != root_host)
+                .map(|k| Msg {
+                    tag: self.seq,
+                    peer: rail[k],
+                    buf: 0,
+                    offset: j * block,
+                    bytes: block,
+                })
+                .collect();
+            return self.exchange(&sends, &[]);
+        }
+        let from = Msg {
+            tag: self.seq,
+            peer: self.rail()[root_host],
+            buf: 0,
+            offset: j * block,
+            bytes: block,
+        };
+        self.exchange(&[], &[from])?;
+        self.grow(1, l * block)?;
+        let mine = self.scratch_ref(0).part(j * block, block);
+        let all = self.scratch_ref(1).part(0, l * block);
+        self.local()
+            .all_gather(mine, all, shard as usize, c.dtype, self.stream)?;
+        self.copy(c.recv.addr, self.scratch_addr(1), self.bytes(c.count))
+    }
+
     fn broadcast(&mut self) -> Result<()> {
+        if let Some(l) = self.rails() {
+            return self.broadcast_on_rails(l);
+        }
         let c = self.call;
         let block = self.bytes(c.count);
         let lroot = self.local_leader();
