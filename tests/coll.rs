@@ -707,6 +707,7 @@ fn bytes_between_hosts(hosts: &[&str], coll: Collective, count: usize) -> Vec<u6
             }
             Collective::AllGather => comm.all_gather(&send, &recv, count, f, &stream),
             Collective::Broadcast => comm.broadcast(&send, &recv, count, f, 0, &stream),
+            Collective::Reduce => comm.reduce(&send, &recv, count, f, RedOp::Sum, 0, &stream),
             _ => unreachable!(),
         }
         .map_err(|e| e.to_string())?;
@@ -739,6 +740,12 @@ fn ranks_share_the_traffic_between_hosts() {
     assert_eq!(
         bytes_between_hosts(&two_by_two, bc, 1024),
         [2048, 0, 2048, 0]
+    );
+    // Reduce of 1024 f32 to rank 0: each rank of the other host sends its partial half.
+    let re = Collective::Reduce;
+    assert_eq!(
+        bytes_between_hosts(&two_by_two, re, 1024),
+        [0, 2048, 0, 2048]
     );
     // Three hosts of one rank: a small vector to each other host, once (one-shot)...
     assert_eq!(bytes_between_hosts(&["a", "b", "c"], ar, 1024), [8192; 3]);

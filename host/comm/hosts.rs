@@ -5,7 +5,7 @@
 //! themselves (a collective of the host's communicator), ranks exchange over UCX with ranks of
 //! the other hosts, and the host's ranks spread what came back. Which ranks exchange:
 //!
-//! - **Rails** (all-reduce, reduce-scatter, all-gather, broadcast, when every host has the same number `L`
+//! - **Rails** (all-reduce, reduce, reduce-scatter, all-gather, broadcast, when every host has the same number `L`
 //!   of ranks): the ranks with the same index on every host form a rail, and each rank moves
 //!   only its own share between hosts. All-reduce: the host reduce-scatters the vector into `L`
 //!   shards, the ranks of each rail all-reduce their shard's partial results, the host
@@ -17,6 +17,8 @@
 //!   Reduce-scatter: the host reduce-scatters the blocks laid out by rail, and each rank sends
 //!   each other host's rail rank that rank's partial block. All-gather: each rank swaps its own
 //!   block with its rail, then the host all-gathers the rails' blocks.
+//!   Reduce: as all-reduce's first phase, then each rank sends its partial shard to its rail's
+//!   rank on the root's host, which combines them, and the root's host gathers the shards.
 //!   Broadcast: the root's host broadcasts, each of its ranks sends its shard to its rail, the
 //!   other hosts all-gather the shards.
 //! - **Leaders** (the other collectives, and hosts with different numbers of ranks): one rank
@@ -865,7 +867,6 @@ impl<'a> Run<'_, 'a> {
         let h = self.hosts.hosts.len() as u64;
         let shard = c.count.div_ceil(l);
         let block = self.bytes(shard);
-        let padded = shard * l != c.count;
         let mine = self.hosts.mine as u64;
         let hosts = u32::try_from(h).unwrap_or(u32::MAX);
         let two_shot = tune::rail_all_reduce(hosts, block) == tune::RailAllReduce::TwoShot;
@@ -881,20 +882,7 @@ impl<'a> Run<'_, 'a> {
             (mine * block, 0)
         };
         self.grow(0, if two_shot { 3 * h * pb } else { h * block })?;
-        if padded {
-            self.grow(1, l * block)?;
-            self.copy(self.scratch_addr(1), c.send.addr, self.bytes(c.count))?;
-        }
-        // Phase 1: this rank's shard of the host's partial result.
-        let send = if padded {
-            self.scratch_ref(1).part(0, l * block)
-        } else {
-            c.send
-        };
-        let part = self.scratch_ref(0).part(partial_at, block);
-        let op = self.partial_op();
-        self.local()
-            .reduce_scatter(send, part, shard as usize, c.dtype, op, self.stream)?;
+        self.partial_shard(l, partial_at)?;
         // Phase 2: the rail's all-reduce of the shard.
         let s0 = self.scratch_addr(0);
         if two_shot {
@@ -910,16 +898,94 @@ impl<'a> Run<'_, 'a> {
             self.combine(s0, s0, shard, hosts)?;
         }
         // Phase 3: the shards to every rank of the host.
-        let result = self.scratch_ref(0).part(result_at, block);
-        if padded {
-            let gathered = self.scratch_ref(1).part(0, l * block);
-            self.local()
-                .all_gather(result, gathered, shard as usize, c.dtype, self.stream)?;
-            self.copy(c.recv.addr, self.scratch_addr(1), self.bytes(c.count))
+        self.gather_shards(l, result_at, true)
+    }
+
+    /// Phase 1 of the reductions on rails: this rank's shard (of `ceil(count / l)` elements) of
+    /// the host's partial result (Avg as Sum), at byte `at` of scratch 0 (grown by the caller).
+    /// A count that is no multiple of `l` is padded in scratch 1 first.
+    fn partial_shard(&mut self, l: u64, at: u64) -> Result<()> {
+        let c = self.call;
+        let shard = c.count.div_ceil(l);
+        let block = self.bytes(shard);
+        let send = if shard * l != c.count {
+            self.grow(1, l * block)?;
+            self.copy(self.scratch_addr(1), c.send.addr, self.bytes(c.count))?;
+            self.scratch_ref(1).part(0, l * block)
         } else {
-            self.local()
-                .all_gather(result, c.recv, shard as usize, c.dtype, self.stream)
+            c.send
+        };
+        let part = self.scratch_ref(0).part(at, block);
+        let op = self.partial_op();
+        self.local()
+            .reduce_scatter(send, part, shard as usize, c.dtype, op, self.stream)
+    }
+
+    /// The last phase on rails: every rank's shard (at byte `at` of scratch 0) to every rank of
+    /// the host, into `recv` when `into_recv`, else only into scratch 1 (padded: `l` shards).
+    fn gather_shards(&mut self, l: u64, at: u64, into_recv: bool) -> Result<()> {
+        let c = self.call;
+        let shard = c.count.div_ceil(l);
+        let block = self.bytes(shard);
+        if into_recv && shard * l == c.count {
+            let result = self.scratch_ref(0).part(at, block);
+            return self
+                .local()
+                .all_gather(result, c.recv, shard as usize, c.dtype, self.stream);
         }
+        self.grow(1, l * block)?;
+        let result = self.scratch_ref(0).part(at, block);
+        let gathered = self.scratch_ref(1).part(0, l * block);
+        self.local()
+            .all_gather(result, gathered, shard as usize, c.dtype, self.stream)?;
+        if into_recv {
+            self.copy(c.recv.addr, self.scratch_addr(1), self.bytes(c.count))?;
+        }
+        Ok(())
+    }
+
+    /// Reduce on rails (`l` ranks on every host): phase 1 as all-reduce's, then each rank sends
+    /// its partial shard to its rail's rank on the root's host, which combines every host's,
+    /// and the root's host gathers the shards (the root keeps them).
+    fn reduce_on_rails(&mut self, l: u64) -> Result<()> {
+        let c = self.call;
+        let h = self.hosts.hosts.len() as u64;
+        let block = self.bytes(c.count.div_ceil(l));
+        let (root_host, _) = self.hosts.place(c.root);
+        let mine = self.hosts.mine;
+        self.grow(0, h * block)?;
+        self.partial_shard(l, mine as u64 * block)?;
+        let peer = self.rail()[root_host];
+        if mine != root_host {
+            let to = Msg {
+                tag: self.seq,
+                peer,
+                buf: 0,
+                offset: mine as u64 * block,
+                bytes: block,
+            };
+            return self.exchange(&[to], &[]);
+        }
+        let rail = self.rail();
+        let recvs: Vec<Msg> = (0..rail.len())
+            .filter(|&k| k != mine)
+            .map(|k| Msg {
+                tag: self.seq,
+                peer: rail[k],
+                buf: 0,
+                offset: k as u64 * block,
+                bytes: block,
+            })
+            .collect();
+        self.exchange(&[], &recvs)?;
+        let s0 = self.scratch_addr(0);
+        let shard = c.count.div_ceil(l);
+        self.combine(s0, s0, shard, u32::try_from(h).unwrap_or(u32::MAX))?;
+        self.gather_shards(l, 0, false)?;
+        if self.me() == c.root {
+            self.copy(c.recv.addr, self.scratch_addr(1), self.bytes(c.count))?;
+        }
+        Ok(())
     }
 
     fn all_reduce(&mut self) -> Result<()> {
@@ -951,6 +1017,9 @@ impl<'a> Run<'_, 'a> {
     }
 
     fn reduce(&mut self) -> Result<()> {
+        if let Some(l) = self.rails() {
+            return self.reduce_on_rails(l);
+        }
         let c = self.call;
         if self.host_partial()? {
             let root_host = self.hosts.place(c.root).0;
