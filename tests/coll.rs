@@ -708,6 +708,7 @@ fn bytes_between_hosts(hosts: &[&str], coll: Collective, count: usize) -> Vec<u6
             Collective::AllGather => comm.all_gather(&send, &recv, count, f, &stream),
             Collective::Broadcast => comm.broadcast(&send, &recv, count, f, 0, &stream),
             Collective::Reduce => comm.reduce(&send, &recv, count, f, RedOp::Sum, 0, &stream),
+            Collective::Scatter => comm.scatter(&send, &recv, count, f, 0, &stream),
             _ => unreachable!(),
         }
         .map_err(|e| e.to_string())?;
@@ -746,6 +747,13 @@ fn ranks_share_the_traffic_between_hosts() {
     assert_eq!(
         bytes_between_hosts(&two_by_two, re, 1024),
         [0, 2048, 0, 2048]
+    );
+    // Scatter of 256 f32 per rank from rank 0: each rank of the root's host sends the block of
+    // its rail's rank on the other host.
+    let sc = Collective::Scatter;
+    assert_eq!(
+        bytes_between_hosts(&two_by_two, sc, 256),
+        [1024, 0, 1024, 0]
     );
     // Three hosts of one rank: a small vector to each other host, once (one-shot)...
     assert_eq!(bytes_between_hosts(&["a", "b", "c"], ar, 1024), [8192; 3]);

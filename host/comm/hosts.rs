@@ -5,7 +5,7 @@
 //! themselves (a collective of the host's communicator), ranks exchange over UCX with ranks of
 //! the other hosts, and the host's ranks spread what came back. Which ranks exchange:
 //!
-//! - **Rails** (all-reduce, reduce, reduce-scatter, all-gather, broadcast, when every host has the same number `L`
+//! - **Rails** (every collective but all-to-all, which is direct anyway, when every host has the same number `L`
 //!   of ranks): the ranks with the same index on every host form a rail, and each rank moves
 //!   only its own share between hosts. All-reduce: the host reduce-scatters the vector into `L`
 //!   shards, the ranks of each rail all-reduce their shard's partial results, the host
@@ -20,8 +20,9 @@
 //!   Reduce: as all-reduce's first phase, then each rank sends its partial shard to its rail's
 //!   rank on the root's host, which combines them, and the root's host gathers the shards.
 //!   Broadcast: the root's host broadcasts, each of its ranks sends its shard to its rail, the
-//!   other hosts all-gather the shards.
-//! - **Leaders** (the other collectives, and hosts with different numbers of ranks): one rank
+//!   other hosts all-gather the shards. Scatter: the root scatters its blocks laid out by rail
+//!   on its host, whose ranks send each block along their rail.
+//! - **Leaders** (hosts with different numbers of ranks): one rank
 //!   per host (the root, on the root's host; elsewhere the host's first rank) exchanges the
 //!   host's part with the other hosts' leaders.
 //!
@@ -1313,7 +1314,58 @@ impl<'a> Run<'_, 'a> {
             .scatter(p, c.recv, c.count as usize, c.dtype, 0, self.stream)
     }
 
+    /// Scatter on rails (`l` ranks on every host): the root lays its blocks out by rail and
+    /// scatters them on its host (each rank gets the blocks of its rail), whose ranks send each
+    /// block to its rank along the rail.
+    fn scatter_on_rails(&mut self) -> Result<()> {
+        let c = self.call;
+        let h = self.hosts.hosts.len() as u64;
+        let n = u64::from(self.comm.nranks);
+        let block = self.bytes(c.count);
+        let (root_host, _) = self.hosts.place(c.root);
+        let mine = self.hosts.mine;
+        let rail = self.rail();
+        self.grow(0, h * block)?;
+        if mine != root_host {
+            let from = Msg {
+                tag: self.seq,
+                peer: rail[root_host],
+                buf: 0,
+                offset: 0,
+                bytes: block,
+            };
+            self.exchange(&[], &[from])?;
+            return self.copy(c.recv.addr, self.scratch_addr(0), block);
+        }
+        self.grow(1, n * block)?;
+        if self.me() == c.root {
+            self.relay_by_rail(false, c.send.addr, self.scratch_addr(1), block)?;
+        }
+        let laid = self.scratch_ref(1).part(0, n * block);
+        let blocks = self.scratch_ref(0).part(0, h * block);
+        let per_rail = usize::try_from(h * c.count).unwrap_or(usize::MAX);
+        let lroot = self.local_leader();
+        self.local()
+            .scatter(laid, blocks, per_rail, c.dtype, lroot, self.stream)?;
+        let sends: Vec<Msg> = (0..rail.len())
+            .filter(|&k| k != root_host)
+            .map(|k| Msg {
+                tag: self.seq,
+                peer: rail[k],
+                buf: 0,
+                offset: k as u64 * block,
+                bytes: block,
+            })
+            .collect();
+        self.exchange(&sends, &[])?;
+        let own = self.scratch_addr(0) + root_host as u64 * block;
+        self.copy(c.recv.addr, own, block)
+    }
+
     fn scatter(&mut self) -> Result<()> {
+        if self.rails().is_some() {
+            return self.scatter_on_rails();
+        }
         let c = self.call;
         let block = self.bytes(c.count);
         let root_host = self.hosts.place(c.root).0;
