@@ -833,6 +833,22 @@ impl<'a> Run<'_, 'a> {
         self.hosts.hosts.iter().map(|r| r[j]).collect()
     }
 
+    /// A message of `bytes` bytes of this call with the rail rank of every host but `skip`, at
+    /// byte `at(host)` of scratch 0.
+    fn along_rail(&self, skip: usize, bytes: u64, at: impl Fn(usize) -> u64) -> Vec<Msg> {
+        let rail = self.rail();
+        (0..rail.len())
+            .filter(|&k| k != skip)
+            .map(|k| Msg {
+                tag: self.seq,
+                peer: rail[k],
+                buf: 0,
+                offset: at(k),
+                bytes,
+            })
+            .collect()
+    }
+
     /// The rail exchange: to the rail rank of every other host `k`, `bytes` bytes at
     /// `send_at(k)` (scratch buffer, byte offset); from each, `bytes` bytes into `recv_at(k)`.
     /// `round` numbers the exchanges of one call (their messages' tags differ).
@@ -967,17 +983,7 @@ impl<'a> Run<'_, 'a> {
             };
             return self.exchange(&[to], &[]);
         }
-        let rail = self.rail();
-        let recvs: Vec<Msg> = (0..rail.len())
-            .filter(|&k| k != mine)
-            .map(|k| Msg {
-                tag: self.seq,
-                peer: rail[k],
-                buf: 0,
-                offset: k as u64 * block,
-                bytes: block,
-            })
-            .collect();
+        let recvs = self.along_rail(mine, block, |k| k as u64 * block);
         self.exchange(&[], &recvs)?;
         let s0 = self.scratch_addr(0);
         let shard = c.count.div_ceil(l);
@@ -1050,17 +1056,7 @@ impl<'a> Run<'_, 'a> {
                 self.stream,
             )?;
             self.copy(self.scratch_addr(0), c.recv.addr, self.bytes(c.count))?;
-            let rail = self.rail();
-            let sends: Vec<Msg> = (0..rail.len())
-                .filter(|&k| k != root_host)
-                .map(|k| Msg {
-                    tag: self.seq,
-                    peer: rail[k],
-                    buf: 0,
-                    offset: j * block,
-                    bytes: block,
-                })
-                .collect();
+            let sends = self.along_rail(root_host, block, |_| j * block);
             return self.exchange(&sends, &[]);
         }
         let from = Msg {
@@ -1347,16 +1343,7 @@ impl<'a> Run<'_, 'a> {
         let lroot = self.local_leader();
         self.local()
             .scatter(laid, blocks, per_rail, c.dtype, lroot, self.stream)?;
-        let sends: Vec<Msg> = (0..rail.len())
-            .filter(|&k| k != root_host)
-            .map(|k| Msg {
-                tag: self.seq,
-                peer: rail[k],
-                buf: 0,
-                offset: k as u64 * block,
-                bytes: block,
-            })
-            .collect();
+        let sends = self.along_rail(root_host, block, |k| k as u64 * block);
         self.exchange(&sends, &[])?;
         let own = self.scratch_addr(0) + root_host as u64 * block;
         self.copy(c.recv.addr, own, block)
