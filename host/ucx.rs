@@ -159,6 +159,8 @@ struct Api {
     tag_recv_nbx: unsafe extern "C" fn(Ptr, Ptr, usize, u64, u64, *const UcpRequestParam) -> Ptr,
     request_check_status: unsafe extern "C" fn(Ptr) -> Status,
     tag_recv_request_test: unsafe extern "C" fn(Ptr, *mut UcpTagRecvInfo) -> Status,
+    tag_probe_nb: unsafe extern "C" fn(Ptr, u64, u64, c_int, *mut UcpTagRecvInfo) -> Ptr,
+    tag_msg_recv_nbx: unsafe extern "C" fn(Ptr, Ptr, usize, Ptr, *const UcpRequestParam) -> Ptr,
     request_cancel: unsafe extern "C" fn(Ptr, Ptr),
     request_free: unsafe extern "C" fn(Ptr),
     status_string: unsafe extern "C" fn(Status) -> *const c_char,
@@ -217,6 +219,8 @@ impl Api {
             tag_recv_nbx: sym!(ucp, "ucp_tag_recv_nbx"),
             request_check_status: sym!(ucp, "ucp_request_check_status"),
             tag_recv_request_test: sym!(ucp, "ucp_tag_recv_request_test"),
+            tag_probe_nb: sym!(ucp, "ucp_tag_probe_nb"),
+            tag_msg_recv_nbx: sym!(ucp, "ucp_tag_msg_recv_nbx"),
             request_cancel: sym!(ucp, "ucp_request_cancel"),
             request_free: sym!(ucp, "ucp_request_free"),
             status_string,
@@ -469,6 +473,24 @@ pub(crate) enum Op<'a> {
     },
 }
 
+/// Sends posted by [`Ucx::post_send`] and not yet complete, with their data. Hand it to
+/// [`Ucx::drain`] before dropping it while sends are in flight.
+#[derive(Default)]
+pub(crate) struct Outbox {
+    sends: Vec<(Pending, Vec<u8>)>,
+}
+
+// SAFETY: the requests are UCX handles used only through the `Ucx` that posted them, whose
+// mutex serializes every call (as for `Inner`); the data is plain bytes.
+unsafe impl Send for Outbox {}
+
+impl Outbox {
+    /// Whether no send is in flight.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.sends.is_empty()
+    }
+}
+
 /// A UCP context with one worker and one endpoint per connected rank.
 ///
 /// `Send + Sync`; all UCX calls are serialized by an internal mutex (so `check` callbacks
@@ -686,6 +708,147 @@ impl Ucx {
             self.abort(&mut inner, &mut pending);
         }
         result
+    }
+
+    /// Posts a send of `data` to rank `peer` under `tag` (< 2^44) without waiting for it: the
+    /// outbox keeps the data until UCX is done with it ([`Ucx::progress`] retires it). For a
+    /// loop that sends and receives at once (the proxy), where a blocking send could wait for a
+    /// peer that waits for us.
+    pub(crate) fn post_send(
+        &self,
+        out: &mut Outbox,
+        peer: u32,
+        tag: u64,
+        data: Vec<u8>,
+        what: &str,
+    ) -> Result<()> {
+        let inner = self.lock();
+        let ep = match inner.peers.get(&peer) {
+            Some(p) => {
+                self.peer_health(what, peer, p)?;
+                p.ep
+            }
+            None => {
+                return Err(Error::InvalidArgument(format!(
+                    "UCX: {what}: rank {peer} is not connected"
+                )));
+            }
+        };
+        if tag >= 1 << (64 - RANK_BITS) {
+            return Err(Error::InvalidArgument(format!(
+                "UCX: {what}: tag {tag} does not fit in 44 bits"
+            )));
+        }
+        let param: UcpRequestParam = zeroed();
+        let ucx_tag = (tag << RANK_BITS) | u64::from(self.rank);
+        // SAFETY: `ep` is a live endpoint of our worker (lock held); `data`'s heap buffer stays
+        // in the outbox (moving the Vec does not move it) until the request is released.
+        let req = unsafe {
+            (self.api.tag_send_nbx)(ep, data.as_ptr().cast(), data.len(), ucx_tag, &param)
+        };
+        let p = Pending {
+            req,
+            kind: Kind::Send,
+            peer,
+            tag,
+            len: data.len(),
+        };
+        if is_ptr(req) {
+            out.sends.push((p, data));
+            Ok(())
+        } else {
+            self.finish(&p, what, ptr_err(req).unwrap_or(UCS_OK), data.len())
+        }
+    }
+
+    /// Progresses the worker once and retires the outbox's completed sends. Returns whether
+    /// anything happened; a failed send is [`Error::PeerLost`] for its peer.
+    pub(crate) fn progress(&self, out: &mut Outbox, what: &str) -> Result<bool> {
+        let inner = self.lock();
+        // SAFETY: the worker is live and we hold the lock.
+        let progressed = unsafe { (self.api.worker_progress)(inner.worker) } != 0;
+        let mut result = Ok(progressed);
+        out.sends.retain(|(p, _)| match self.test(p, what) {
+            None => true,
+            Some(r) => {
+                if let Err(e) = r {
+                    result = Err(e);
+                }
+                false
+            }
+        });
+        result
+    }
+
+    /// The next message from rank `peer` under `tag` if it has arrived (whole, of any length),
+    /// else `None`; waits for its bytes until `deadline` ([`Error::HostTimeout`] then).
+    pub(crate) fn try_recv(
+        &self,
+        peer: u32,
+        tag: u64,
+        what: &str,
+        deadline: Instant,
+    ) -> Result<Option<Vec<u8>>> {
+        let mut inner = self.lock();
+        let worker = inner.worker;
+        let mut info = UcpTagRecvInfo::default();
+        let ucx_tag = (tag << RANK_BITS) | u64::from(peer);
+        // SAFETY: the worker is live (lock held); `info` is an out-pointer; remove=1 hands the
+        // message to us, to be received with `ucp_tag_msg_recv_nbx` below.
+        let msg = unsafe { (self.api.tag_probe_nb)(worker, ucx_tag, u64::MAX, 1, &mut info) };
+        if msg.is_null() {
+            return Ok(None);
+        }
+        let mut data = vec![0u8; info.length];
+        let mut param: UcpRequestParam = zeroed();
+        param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+        // SAFETY: `msg` is the message just removed by the probe; `data` has its length and
+        // outlives the request (released below before returning).
+        let req = unsafe {
+            (self.api.tag_msg_recv_nbx)(worker, data.as_mut_ptr().cast(), data.len(), msg, &param)
+        };
+        let p = Pending {
+            req,
+            kind: Kind::Recv,
+            peer,
+            tag,
+            len: data.len(),
+        };
+        if !is_ptr(req) {
+            self.finish(&p, what, ptr_err(req).unwrap_or(UCS_OK), data.len())?;
+            return Ok(Some(data));
+        }
+        loop {
+            // SAFETY: the worker is live and we hold the lock.
+            unsafe { (self.api.worker_progress)(worker) };
+            if let Some(r) = self.test(&p, what) {
+                return r.map(|()| Some(data));
+            }
+            if Instant::now() >= deadline {
+                self.abort(&mut inner, &mut vec![p]);
+                return Err(Error::HostTimeout {
+                    rank: self.rank,
+                    what: what.to_owned(),
+                    timeout_ms: 0,
+                });
+            }
+        }
+    }
+
+    /// Releases what the outbox still holds: progresses until its sends complete or `grace`
+    /// passed, then cancels the rest (never returns while UCX may still read their data).
+    pub(crate) fn drain(&self, out: &mut Outbox, grace: Duration) {
+        let start = Instant::now();
+        while !out.sends.is_empty() && start.elapsed() < grace {
+            let _ = self.progress(out, "draining");
+        }
+        if !out.sends.is_empty() {
+            let mut inner = self.lock();
+            // The data stays alive until `abort` released every request.
+            let (mut pending, data): (Vec<Pending>, Vec<Vec<u8>>) = out.sends.drain(..).unzip();
+            self.abort(&mut inner, &mut pending);
+            drop(data);
+        }
     }
 
     fn peer_health(&self, what: &str, rank: u32, peer: &Peer) -> Result<()> {

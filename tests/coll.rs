@@ -301,10 +301,10 @@ fn select_cases(n: u32, rng: &mut Rng) -> Vec<Case> {
 // ---------------------------------------------------------------------------------------------
 // Running a case on one rank.
 
-/// One rank's windows and buffers, each `cap` bytes (no windows across hosts).
+/// One rank's windows and buffers, each `cap` bytes.
 struct Mem {
-    a: Option<Window<u8>>,
-    b: Option<Window<u8>>,
+    a: Window<u8>,
+    b: Window<u8>,
     c: Buffer,
     d: Buffer,
     cap: usize,
@@ -312,10 +312,9 @@ struct Mem {
 
 impl Mem {
     fn new(comm: &Communicator, cap: usize) -> Mem {
-        let windows = comm.spans_one_host();
         Mem {
-            a: windows.then(|| comm.alloc_window(cap).unwrap()),
-            b: windows.then(|| comm.alloc_window(cap).unwrap()),
+            a: comm.alloc_window(cap).unwrap(),
+            b: comm.alloc_window(cap).unwrap(),
             c: comm.alloc_buffer(cap).unwrap(),
             d: comm.alloc_buffer(cap).unwrap(),
             cap,
@@ -323,8 +322,7 @@ impl Mem {
     }
 
     fn window(&self, m: MemId) -> &Window<u8> {
-        let w = if m == MemId::A { &self.a } else { &self.b };
-        w.as_ref().expect("a case across hosts uses no window")
+        if m == MemId::A { &self.a } else { &self.b }
     }
 
     fn write(&self, m: MemId, bytes: &[u8]) -> symcomm::Result<()> {
@@ -549,7 +547,7 @@ fn group(n: u32) {
 }
 
 /// A group with rank `r` on simulated host `hosts[r]` (UCX over TCP between hosts): the
-/// seeded selection with `Buffer`s only (windows do not span hosts).
+/// seeded selection (windows and buffers, as on one host).
 fn across_hosts(hosts: &[&str]) {
     let n = hosts.len() as u32;
     let seed = seed();
@@ -566,7 +564,6 @@ fn across_hosts(hosts: &[&str]) {
         .all(|h| hosts.iter().filter(|x| *x == h).count() == per_host);
     let rail_two_shot = tune::rail_two_shot_from(names.len() as u32).filter(|_| even);
     for c in &mut cases {
-        c.place = Place::Buffers;
         if let (Some(from), Some(big)) = (rail_two_shot, two_shot_count(n, &c.dt)) {
             if c.coll == Collective::AllReduce && c.count >= big {
                 let shard_elems = (from as usize).div_ceil(c.dt.size);

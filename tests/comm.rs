@@ -513,8 +513,10 @@ fn after_a_host_timeout_check_error_reports_what_calls_return() {
     });
 }
 
+/// Ranks on two hosts: each host's ranks form the local team, and the device handle and windows
+/// span both hosts (other hosts' ranks reached through the proxy: `ranks` and `proxy` are set).
 #[test]
-fn ranks_on_different_hosts_bootstrap_but_windows_are_unsupported() {
+fn ranks_on_different_hosts_get_host_teams_and_handles_across_hosts() {
     let id = UniqueId::new_on(LOOPBACK).unwrap();
     let out: Vec<_> = thread::scope(|s| {
         let hs: Vec<_> = (0..4u32)
@@ -529,8 +531,8 @@ fn ranks_on_different_hosts_bootstrap_but_windows_are_unsupported() {
                     let comm =
                         Communicator::init_with(&c, Device::Emu, &support::test_options()).unwrap();
                     let team = comm.local_team().ranks().to_vec();
-                    let dev = comm.device_handle().unwrap_err();
-                    let win = comm.alloc_window::<u8>(8).unwrap_err();
+                    let dev = comm.device_handle().unwrap();
+                    let win = comm.alloc_window::<u8>(8).unwrap().device_handle();
                     comm.barrier().unwrap();
                     (team, dev, win)
                 })
@@ -540,8 +542,10 @@ fn ranks_on_different_hosts_bootstrap_but_windows_are_unsupported() {
     });
     for (r, (team, dev, win)) in out.iter().enumerate() {
         assert_eq!(team, &if r < 2 { vec![0, 1] } else { vec![2, 3] });
-        assert!(matches!(dev, Error::Unsupported(_)), "{dev}");
-        assert!(matches!(win, Error::Unsupported(_)), "{win}");
+        assert_eq!((dev.rank, dev.nranks), (r as u32, 4));
+        assert!(dev.ranks != 0 && dev.proxy != 0, "rank {r}: {dev:?}");
+        assert_eq!(win.raw().nranks, 4, "rank {r}: {win:?}");
+        assert!(win.raw().ranks != 0, "rank {r}: {win:?}");
     }
 }
 

@@ -286,7 +286,8 @@ pub(crate) struct PerfArgs {
     nthreads: u32,
 
     /// Symmetric windows (zero-copy) or ordinary device buffers (staged copies) [default:
-    /// window when every rank is on one host, device across hosts (windows stay within a host)]
+    /// window when every rank is on one host, device across hosts (where the host phases stage
+    /// windows like device buffers)]
     #[arg(long, value_enum, value_name = "KIND")]
     buffers: Option<BufferKind>,
 

@@ -344,3 +344,119 @@ extern "C" __global__ void symcomm_test_cta_part(DevComm comm, WindowHandleRaw s
     if (g.thread_rank() == 0) atomicMax(&result[0], uint32_t(s));
 }
 SYMCOMM_EMU_KERNEL(symcomm_test_cta_part)
+
+namespace {
+
+/// Signal words of symcomm_test_put_ring: data ready (from the previous rank), and the tally every
+/// rank adds to every other rank at the end of a launch.
+constexpr uint32_t WORD_PUT_DATA = 3;
+constexpr uint32_t WORD_PUT_TALLY = 4;
+
+/// The put ring on one group per rank (see symcomm_test_put_ring).
+template <typename Group>
+SYMCOMM_DEVICE void put_ring(Group g, const DevComm& comm, WindowHandleRaw raw, uint32_t rounds, uint32_t words,
+                             uint64_t* state, uint32_t* result) {
+    const uint32_t n = comm.nranks;
+    const uint32_t rank = comm.rank;
+    const uint32_t next = (rank + 1) % n;
+    const uint32_t prev = (rank + n - 1) % n;
+    const WindowHandle<uint32_t> win(raw);
+    // This rank's copy: the inbox [0, words), the staging area [words, 2 words) put reads from.
+    const uint32_t* inbox = win.local_ptr(0);
+    uint32_t* stage = win.local_ptr(words);
+    // Rounds done by earlier launches (the same on every rank); read by every thread before
+    // thread 0 advances it (group syncs lie between).
+    const uint64_t base = ld_relaxed<Scope::Gpu>(&state[0]);
+    Status s = Status::Ok;
+    uint32_t wrong = 0;
+    uint32_t done = 0;
+    for (uint32_t k = 0; k < rounds && s == Status::Ok; ++k) {
+        const uint64_t round = base + k + 1;
+        // Rank 0 starts the round; the others pass on what they received. A rank's inbox is
+        // written again only after it passed the token on (the ring closes through it).
+        if (rank != 0) {
+            s = signal_wait_until<Scope::Sys>(g, comm, prev, WORD_PUT_DATA, round);
+            if (s != Status::Ok) break;
+            for (uint32_t i = g.thread_rank(); i < words; i += g.size()) wrong += inbox[i] != test_value(round, prev, i);
+        }
+        for (uint32_t i = g.thread_rank(); i < words; i += g.size()) stage[i] = test_value(round, rank, i);
+        s = put_with_signal(g, comm, stage, win.at(0), next, words, WORD_PUT_DATA, round);
+        if (s != Status::Ok) break;
+        if (rank == 0) {
+            s = signal_wait_until<Scope::Sys>(g, comm, prev, WORD_PUT_DATA, round);
+            if (s != Status::Ok) break;
+            for (uint32_t i = g.thread_rank(); i < words; i += g.size()) wrong += inbox[i] != test_value(round, prev, i);
+        }
+        g.sync();  // every read of the inbox before the next round may overwrite it
+        ++done;
+    }
+    // Tally: every rank adds `done` to its word at every other rank, then waits for every
+    // other rank's total; then a barrier (every peer's word through a store or the proxy).
+    if (s == Status::Ok) {
+        for (uint32_t p = g.thread_rank(); p < n; p += g.size()) {
+            if (p != rank && s == Status::Ok) s = signal_add<Scope::Sys>(Thread{}, comm, p, WORD_PUT_TALLY, done);
+        }
+        s = group_status(g, s);
+    }
+    for (uint32_t p = 0; p < n && s == Status::Ok; ++p) {
+        if (p != rank) s = signal_wait_until<Scope::Sys>(g, comm, p, WORD_PUT_TALLY, base + done);
+    }
+    if (s == Status::Ok) s = barrier(g, comm, SYMCOMM_USER_BARRIER_FIRST, user_fingerprint(0x7075u, words, rounds));
+    atomicAdd(&result[1], wrong);
+    g.sync();
+    if (g.thread_rank() == 0) {
+        st_relaxed<Scope::Gpu>(&state[0], base + done);
+        result[0] = uint32_t(s);
+        result[2] = done;
+    }
+}
+
+}  // namespace
+
+/// Put ring across any ranks, on this host or others (the cross-host tests' kernel): round k,
+/// each rank fills the staging half of its copy of `win` (u32, 2 * `words` elements per rank)
+/// with test values and put_with_signal()s them into the next rank's inbox half (through the
+/// proxy when that rank is on another host); rank 0 starts each round, the others wait for
+/// their previous rank's signal, check the inbox and pass the token on. Then each rank
+/// signal_add()s its rounds to every other rank (a tally word) and waits for theirs, and all
+/// barrier() on the first users' index. `state` (1 word, zeroed once) counts rounds across
+/// launches, so launches may follow each other. Launch: one CTA per rank; `group` GROUP_THREAD
+/// with 1 thread, GROUP_WARP with 32, GROUP_CTA with any block. Result: [status, wrong words,
+/// rounds done].
+extern "C" __global__ void symcomm_test_put_ring(DevComm comm, WindowHandleRaw win, uint32_t rounds, uint32_t words,
+                                                 uint32_t group, uint64_t* state, uint32_t* result) {
+    if (group == GROUP_THREAD) {
+        put_ring(Thread{}, comm, win, rounds, words, state, result);
+    } else if (group == GROUP_WARP) {
+        put_ring(Warp{}, comm, win, rounds, words, state, result);
+    } else {
+        put_ring(Cta{}, comm, win, rounds, words, state, result);
+    }
+}
+SYMCOMM_EMU_KERNEL(symcomm_test_put_ring)
+
+/// What a device operation answers on `peer` (one CTA, any block): `op` 0 put, 1 get, 2
+/// put_with_signal, 3 signal_set, 4 signal_add asking for the previous value, 5 a one-shot
+/// all-reduce of `win` (u32, at least `nranks` elements) — each of one element of `win`
+/// (signal word WORD_PUT_DATA). Result: [status].
+extern "C" __global__ void symcomm_test_peer_op(DevComm comm, WindowHandleRaw raw, uint32_t peer, uint32_t op,
+                                                uint32_t* result) {
+    const WindowHandle<uint32_t> win(raw);
+    const Cta g;
+    Status s = Status::Ok;
+    uint64_t previous = 0;
+    switch (op) {
+        case 0: s = put(g, win.local_ptr(0), win.at(0), peer, 1); break;
+        case 1: s = get(g, win.at(0), peer, win.local_ptr(0), 1); break;
+        case 2: s = put_with_signal(g, comm, win.local_ptr(0), win.at(0), peer, 1, WORD_PUT_DATA, 1); break;
+        case 3:
+            if (g.thread_rank() == 0) s = signal_set<Scope::Sys>(Thread{}, comm, peer, WORD_PUT_DATA, 1);
+            break;
+        case 4:
+            if (g.thread_rank() == 0) s = signal_add<Scope::Sys>(Thread{}, comm, peer, WORD_PUT_TALLY, 1, &previous);
+            break;
+        default: s = all_reduce_one_shot<RedOp::Sum>(g, comm, grid_scope(SYMCOMM_USER_BARRIER_FIRST), win.at(0), win.at(0), 1); break;
+    }
+    if (g.thread_rank() == 0) result[0] = uint32_t(s);
+}
+SYMCOMM_EMU_KERNEL(symcomm_test_peer_op)

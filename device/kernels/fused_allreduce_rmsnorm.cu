@@ -89,7 +89,7 @@ struct AllReduceRmsNormArgs {
     float eps;
     uint32_t first_slot;
 };
-static_assert(sizeof(AllReduceRmsNormArgs<float>) == 96 && alignof(AllReduceRmsNormArgs<float>) == 8,
+static_assert(sizeof(AllReduceRmsNormArgs<float>) == 104 && alignof(AllReduceRmsNormArgs<float>) == 8,
               "AllReduceRmsNormArgs layout (mirrored in Rust)");
 
 /// The `kind` of this kernel's fingerprint: outside the SYMCOMM_COLL_* codes, so it can never

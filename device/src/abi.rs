@@ -4,7 +4,7 @@
 //! `SYMCOMM_BLESS=1 cargo test -p symcomm-device --test abi` regenerates it.
 #![allow(non_camel_case_types, non_snake_case, missing_docs, clippy::all)]
 
-pub const SYMCOMM_ABI_VERSION: u32 = 4;
+pub const SYMCOMM_ABI_VERSION: u32 = 5;
 pub const SYMCOMM_SIGNAL_WORDS: u32 = 256;
 pub const SYMCOMM_USER_SIGNAL_END: u32 = 64;
 pub const SYMCOMM_BARRIER_WORD_FIRST: u32 = 64;
@@ -53,6 +53,7 @@ pub const SYMCOMM_OP_PUT: u32 = 5;
 pub const SYMCOMM_OP_USER: u32 = 6;
 pub const SYMCOMM_OP_GRID_SYNC: u32 = 7;
 pub const SYMCOMM_OP_LL_WAIT: u32 = 8;
+pub const SYMCOMM_OP_PROXY: u32 = 9;
 pub const SYMCOMM_REFUSED_CODE: u32 = 1;
 pub const SYMCOMM_REFUSED_ROOT: u32 = 2;
 pub const SYMCOMM_REFUSED_OVERLAP: u32 = 3;
@@ -63,6 +64,7 @@ pub const SYMCOMM_REFUSED_ELEM_SIZE: u32 = 7;
 pub const SYMCOMM_REFUSED_DTYPE: u32 = 8;
 pub const SYMCOMM_REFUSED_PEER: u32 = 9;
 pub const SYMCOMM_REFUSED_LL: u32 = 10;
+pub const SYMCOMM_REFUSED_REMOTE: u32 = 11;
 pub const SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT: u32 = 0;
 pub const SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT: u32 = 1;
 pub const SYMCOMM_COLL_ALL_GATHER: u32 = 2;
@@ -78,11 +80,72 @@ pub const SYMCOMM_COLL_BROADCAST_LL: u32 = 11;
 pub const SYMCOMM_COLL_COUNT: u32 = 12;
 pub const SYMCOMM_SCOPE_GRID: u32 = 0;
 pub const SYMCOMM_SCOPE_CTA: u32 = 1;
+pub const SYMCOMM_PROXY_SIGNAL_SET: u32 = 1;
+pub const SYMCOMM_PROXY_SIGNAL_ADD: u32 = 2;
+pub const SYMCOMM_PROXY_PUT: u32 = 3;
+pub const SYMCOMM_PROXY_SLOTS: u32 = 64;
+pub const SYMCOMM_RANK_REMOTE: u32 = 4294967295;
 pub const SYMCOMM_BUILTIN_THREADS: u32 = 512;
 pub const SYMCOMM_P2P_MAX_OPS: u32 = 32;
 pub const SYMCOMM_P2P_RECV: u32 = 0;
 pub const SYMCOMM_P2P_SEND: u32 = 1;
 pub const SYMCOMM_P2P_EXCHANGE: u32 = 2;
+#[doc = " One operation for the proxy (a slot of its ring)."]
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct ProxyOp {
+    #[doc = " The operation's ticket + 1 once every other field is written (release-stored last);\n  the proxy reads the slot when it holds the ticket it expects + 1."]
+    pub ticket: u64,
+    #[doc = " SYMCOMM_PROXY_*."]
+    pub op: u32,
+    #[doc = " The rank on another host."]
+    pub peer: u32,
+    #[doc = " The signal word (a users' word)."]
+    pub word: u32,
+    #[doc = " Zero."]
+    pub reserved: u32,
+    #[doc = " The signal's value (SET, PUT) or increment (ADD)."]
+    pub value: u64,
+    #[doc = " PUT: device address of the data."]
+    pub src: u64,
+    #[doc = " PUT: device address of the destination in this rank's own copy of the window."]
+    pub dst: u64,
+    #[doc = " PUT: bytes."]
+    pub bytes: u64,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ProxyOp"][::core::mem::size_of::<ProxyOp>() - 56usize];
+    ["Alignment of ProxyOp"][::core::mem::align_of::<ProxyOp>() - 8usize];
+    ["Offset of field: ProxyOp::ticket"][::core::mem::offset_of!(ProxyOp, ticket) - 0usize];
+    ["Offset of field: ProxyOp::op"][::core::mem::offset_of!(ProxyOp, op) - 8usize];
+    ["Offset of field: ProxyOp::peer"][::core::mem::offset_of!(ProxyOp, peer) - 12usize];
+    ["Offset of field: ProxyOp::word"][::core::mem::offset_of!(ProxyOp, word) - 16usize];
+    ["Offset of field: ProxyOp::reserved"][::core::mem::offset_of!(ProxyOp, reserved) - 20usize];
+    ["Offset of field: ProxyOp::value"][::core::mem::offset_of!(ProxyOp, value) - 24usize];
+    ["Offset of field: ProxyOp::src"][::core::mem::offset_of!(ProxyOp, src) - 32usize];
+    ["Offset of field: ProxyOp::dst"][::core::mem::offset_of!(ProxyOp, dst) - 40usize];
+    ["Offset of field: ProxyOp::bytes"][::core::mem::offset_of!(ProxyOp, bytes) - 48usize];
+};
+#[doc = " The device's side of a proxy (`DevComm::proxy` points to it, in device memory)."]
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct ProxyQueue {
+    #[doc = " The next ticket (device atomics)."]
+    pub next: u64,
+    #[doc = " Device address of the ring: SYMCOMM_PROXY_SLOTS ProxyOps (host memory the device maps)."]
+    pub ring: u64,
+    #[doc = " Device address of the uint64_t count of operations the proxy took (host memory)."]
+    pub taken: u64,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ProxyQueue"][::core::mem::size_of::<ProxyQueue>() - 24usize];
+    ["Alignment of ProxyQueue"][::core::mem::align_of::<ProxyQueue>() - 8usize];
+    ["Offset of field: ProxyQueue::next"][::core::mem::offset_of!(ProxyQueue, next) - 0usize];
+    ["Offset of field: ProxyQueue::ring"][::core::mem::offset_of!(ProxyQueue, ring) - 8usize];
+    ["Offset of field: ProxyQueue::taken"][::core::mem::offset_of!(ProxyQueue, taken) - 16usize];
+};
 #[doc = " Device handle of a communicator (one per rank), passed to kernels by value.\n\n Signal area: rank r's signal array lives at `signal_base + r * signal_stride` (flat layout, every\n rank's array is addressable by every rank). Inside a rank's array, the signal words written by\n peer p are `[p * signal_words, (p + 1) * signal_words)`, each a `uint64_t` that only grows\n (epochs are never reset in place, so back-to-back launches and graph replay stay correct); the\n ranges of those words are at SYMCOMM_SIGNAL_WORDS."]
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -111,10 +174,14 @@ pub struct DevComm {
     pub ll_lines: u32,
     #[doc = " SYMCOMM_COMM_* bits."]
     pub flags: u32,
+    #[doc = " Device address of the table of ranks on other hosts (see SYMCOMM_RANK_REMOTE); 0: every\n  rank is on this host."]
+    pub ranks: u64,
+    #[doc = " Device address of this rank's ProxyQueue; 0: no proxy (operations on ranks of other\n  hosts are refused, SYMCOMM_REFUSED_REMOTE)."]
+    pub proxy: u64,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of DevComm"][::core::mem::size_of::<DevComm>() - 72usize];
+    ["Size of DevComm"][::core::mem::size_of::<DevComm>() - 88usize];
     ["Alignment of DevComm"][::core::mem::align_of::<DevComm>() - 8usize];
     ["Offset of field: DevComm::abi_version"]
         [::core::mem::offset_of!(DevComm, abi_version) - 0usize];
@@ -134,6 +201,8 @@ const _: () = {
     ["Offset of field: DevComm::ll_offset"][::core::mem::offset_of!(DevComm, ll_offset) - 56usize];
     ["Offset of field: DevComm::ll_lines"][::core::mem::offset_of!(DevComm, ll_lines) - 64usize];
     ["Offset of field: DevComm::flags"][::core::mem::offset_of!(DevComm, flags) - 68usize];
+    ["Offset of field: DevComm::ranks"][::core::mem::offset_of!(DevComm, ranks) - 72usize];
+    ["Offset of field: DevComm::proxy"][::core::mem::offset_of!(DevComm, proxy) - 80usize];
 };
 #[doc = " Device handle of a symmetric window (C++ wraps it as `WindowHandle<T>`).\n\n Flat layout: rank r's copy starts at `base + r * stride`; each copy holds `bytes` bytes.\n The element type travels with it so that device code can refuse a typed access of another\n type: `elem_size` bytes per element (1 for byte windows, which any element type may view) and\n `dtype`, the SYMCOMM_DTYPE_* code of the element, or SYMCOMM_DTYPE_NONE when the element is\n not one of those types."]
 #[repr(C)]
@@ -153,10 +222,12 @@ pub struct WindowHandleRaw {
     pub elem_size: u32,
     #[doc = " SYMCOMM_DTYPE_* of the element, or SYMCOMM_DTYPE_NONE."]
     pub dtype: u32,
+    #[doc = " Device address of the table of ranks on other hosts (see SYMCOMM_RANK_REMOTE); 0: every\n  rank is on this host."]
+    pub ranks: u64,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of WindowHandleRaw"][::core::mem::size_of::<WindowHandleRaw>() - 40usize];
+    ["Size of WindowHandleRaw"][::core::mem::size_of::<WindowHandleRaw>() - 48usize];
     ["Alignment of WindowHandleRaw"][::core::mem::align_of::<WindowHandleRaw>() - 8usize];
     ["Offset of field: WindowHandleRaw::base"]
         [::core::mem::offset_of!(WindowHandleRaw, base) - 0usize];
@@ -172,6 +243,8 @@ const _: () = {
         [::core::mem::offset_of!(WindowHandleRaw, elem_size) - 32usize];
     ["Offset of field: WindowHandleRaw::dtype"]
         [::core::mem::offset_of!(WindowHandleRaw, dtype) - 36usize];
+    ["Offset of field: WindowHandleRaw::ranks"]
+        [::core::mem::offset_of!(WindowHandleRaw, ranks) - 40usize];
 };
 #[doc = " First error a kernel hit on this rank, written once (status goes from OK to non-zero with an\n atomic compare-and-swap) and read by the host."]
 #[repr(C)]
@@ -234,7 +307,7 @@ pub struct CollArgs {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of CollArgs"][::core::mem::size_of::<CollArgs>() - 136usize];
+    ["Size of CollArgs"][::core::mem::size_of::<CollArgs>() - 152usize];
     ["Alignment of CollArgs"][::core::mem::align_of::<CollArgs>() - 8usize];
     ["Offset of field: CollArgs::kind"][::core::mem::offset_of!(CollArgs, kind) - 0usize];
     ["Offset of field: CollArgs::dtype"][::core::mem::offset_of!(CollArgs, dtype) - 4usize];
@@ -250,7 +323,7 @@ const _: () = {
     ["Offset of field: CollArgs::tile_stride"]
         [::core::mem::offset_of!(CollArgs, tile_stride) - 48usize];
     ["Offset of field: CollArgs::src"][::core::mem::offset_of!(CollArgs, src) - 56usize];
-    ["Offset of field: CollArgs::dst"][::core::mem::offset_of!(CollArgs, dst) - 96usize];
+    ["Offset of field: CollArgs::dst"][::core::mem::offset_of!(CollArgs, dst) - 104usize];
 };
 #[doc = " One operation of `symcomm_sendrecv` on `bytes` bytes at device address `addr` (the user's\n  buffer, any device memory)."]
 #[repr(C)]
@@ -295,10 +368,10 @@ pub struct P2pArgs {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of P2pArgs"][::core::mem::size_of::<P2pArgs>() - 1072usize];
+    ["Size of P2pArgs"][::core::mem::size_of::<P2pArgs>() - 1080usize];
     ["Alignment of P2pArgs"][::core::mem::align_of::<P2pArgs>() - 8usize];
     ["Offset of field: P2pArgs::stage"][::core::mem::offset_of!(P2pArgs, stage) - 0usize];
-    ["Offset of field: P2pArgs::nops"][::core::mem::offset_of!(P2pArgs, nops) - 40usize];
-    ["Offset of field: P2pArgs::channels"][::core::mem::offset_of!(P2pArgs, channels) - 44usize];
-    ["Offset of field: P2pArgs::ops"][::core::mem::offset_of!(P2pArgs, ops) - 48usize];
+    ["Offset of field: P2pArgs::nops"][::core::mem::offset_of!(P2pArgs, nops) - 48usize];
+    ["Offset of field: P2pArgs::channels"][::core::mem::offset_of!(P2pArgs, channels) - 52usize];
+    ["Offset of field: P2pArgs::ops"][::core::mem::offset_of!(P2pArgs, ops) - 56usize];
 };

@@ -11,7 +11,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use symcomm_device::abi::{CollArgs, DevComm, ErrorRecord, P2pArgs, P2pOp, WindowHandleRaw};
+use symcomm_device::abi::{
+    CollArgs, DevComm, ErrorRecord, P2pArgs, P2pOp, ProxyOp, ProxyQueue, WindowHandleRaw,
+};
 
 fn manifest() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -51,7 +53,9 @@ fn generate() -> String {
     let bindings = bindgen::Builder::default()
         .header(header().to_string_lossy())
         .clang_args(["-x", "c", "-std=c11"])
-        .allowlist_type("DevComm|WindowHandleRaw|ErrorRecord|CollArgs|P2pOp|P2pArgs")
+        .allowlist_type(
+            "DevComm|WindowHandleRaw|ErrorRecord|CollArgs|P2pOp|P2pArgs|ProxyOp|ProxyQueue",
+        )
         .allowlist_var("SYMCOMM_.*")
         .derive_default(true)
         .derive_eq(true)
@@ -119,7 +123,9 @@ fn rust_layout() -> Vec<(String, usize)> {
             timeout_ns,
             ll_offset,
             ll_lines,
-            flags
+            flags,
+            ranks,
+            proxy
         }
     );
     layout!(
@@ -131,9 +137,25 @@ fn rust_layout() -> Vec<(String, usize)> {
             rank,
             nranks,
             elem_size,
-            dtype
+            dtype,
+            ranks
         }
     );
+    layout!(
+        out,
+        ProxyOp {
+            ticket,
+            op,
+            peer,
+            word,
+            reserved,
+            value,
+            src,
+            dst,
+            bytes
+        }
+    );
+    layout!(out, ProxyQueue { next, ring, taken });
     layout!(
         out,
         ErrorRecord {

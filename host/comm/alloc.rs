@@ -17,8 +17,11 @@ impl Communicator {
     /// # Errors
     /// [`Error::InvalidArgument`] for `count` 0 or a size that overflows (on the bad rank; the
     /// others get [`Error::PeerFailed`]); [`Error::Mismatch`] on every rank when sizes differ;
-    /// [`Error::Unsupported`] across hosts; backend errors (out of memory). After any of these
-    /// the communicator stays usable.
+    /// backend errors (out of memory). After any of these the communicator stays usable.
+    ///
+    /// Across hosts, only the copies of this host's ranks are mapped here: kernels load and
+    /// store those, and reach the others with signals and `put_with_signal` through the proxy
+    /// (see [`Communicator::device_handle`]).
     pub fn alloc_window<T: DevicePlain>(&self, count: usize) -> Result<Window<T>> {
         let elem = size_of::<T>() as u64;
         let bytes = (count as u64)
@@ -46,8 +49,10 @@ impl Communicator {
     ) -> Result<FlatMapping> {
         // This rank's request: its size and allocation granularity, or why it cannot allocate.
         let request = bytes.and_then(|b| {
-            if self.links.is_none() || !self.spans_one_host() {
-                return Err(self.multi_host("windows"));
+            if self.links.is_none() {
+                return Err(Error::InvalidArgument(
+                    "the local team is not connected".to_owned(),
+                ));
             }
             Ok(AllocRequest {
                 bytes: b,
@@ -69,7 +74,7 @@ impl Communicator {
         let links = self
             .links
             .as_ref()
-            .ok_or_else(|| self.multi_host("windows"))?;
+            .ok_or_else(|| Error::InvalidArgument("the local team is not connected".to_owned()))?;
         for (r, req) in all.into_iter().enumerate() {
             let AllocRequest {
                 bytes: their_bytes,
@@ -107,16 +112,14 @@ impl Communicator {
             *s
         };
         let deadline = Instant::now() + self.op_timeout;
-        let mapped = links.exchange(seq, segment.fd(), deadline).and_then(|fds| {
-            if fds.len() != self.local.size() as usize {
-                return Err(Error::InvalidArgument(format!(
-                    "received {} memory handles for {} local ranks",
-                    fds.len(),
-                    self.local.size()
-                )));
-            }
-            FlatMapping::map(&self.backend, stride, fds)
-        });
+        let mapped = links
+            .exchange(seq, segment.fd(), deadline)
+            .and_then(|fds| FlatMapping::map(&self.backend, stride, fds, self.slots.clone(), seq))
+            .and_then(|m| {
+                // Known to the proxy before any rank can use it.
+                self.proxy_region(&m, bytes)?;
+                Ok(m)
+            });
         let mapping = self.agree(Tag::Mapped, "mapping window memory", mapped)?;
         if let Backend::Cuda(_) = self.backend {
             // VMM memory is not zeroed by the driver.

@@ -39,7 +39,9 @@ use std::time::Instant;
 
 use super::Communicator;
 use super::coll::{BufferRef, Call};
+use super::memory::FlatMapping;
 use super::payload::Tag;
+use super::proxy::Proxy;
 use crate::image::DEVICE_IMAGE;
 use crate::stream::{Buffer, Event, Kernel, KernelArgs, LaunchConfig, Stream};
 use crate::tune::{self, Collective};
@@ -75,6 +77,57 @@ pub(super) struct Hosts {
     calls: Mutex<Calls>,
     /// Bytes this rank has sent to other hosts (collectives and send/recv).
     sent_bytes: AtomicU64,
+    /// What carries kernels' signals to other hosts (emulator only, see `proxy.rs`).
+    proxy: Option<Proxy>,
+}
+
+/// Starts this rank's proxy, with UCX endpoints of its own to the ranks of other hosts
+/// (`remote`). Collective.
+fn start_proxy(comm: &Communicator, remote: Vec<u32>) -> Result<Proxy> {
+    let ucx = comm.agree(Tag::Ucx, "starting the proxy's UCX", Ucx::new(comm.rank))?;
+    let addresses = exchange_addresses(comm, &ucx.address())?;
+    let connected = remote
+        .iter()
+        .map(|&r| ucx.connect(r, &addresses[r as usize]))
+        .collect::<Result<Vec<()>>>();
+    comm.agree(Tag::Ucx, "connecting the proxy's endpoints", connected)?;
+    let started = comm
+        .signals
+        .as_ref()
+        .ok_or_else(|| Error::Unsupported("the signal area is missing".to_owned()))
+        .and_then(|signals| {
+            Proxy::start(
+                ucx,
+                comm.rank,
+                remote,
+                signals,
+                Arc::clone(&comm.block),
+                comm.backend(),
+            )
+        });
+    comm.agree(Tag::Ucx, "starting the proxy", started)
+}
+
+impl Communicator {
+    /// Lets this rank's proxy write its copy of `mapping` (`bytes` per rank), if it has one.
+    pub(super) fn proxy_region(&self, mapping: &FlatMapping, bytes: u64) -> Result<()> {
+        match self.hosts.get() {
+            Some(Ok(h)) => match &h.proxy {
+                Some(p) => p.add_region(mapping, self.rank, bytes),
+                None => Ok(()),
+            },
+            _ => Ok(()),
+        }
+    }
+
+    /// Forgets allocation `id` in this rank's proxy (its window is gone).
+    pub(super) fn forget_region(&self, id: u64) {
+        if let Some(Ok(h)) = self.hosts.get()
+            && let Some(p) = &h.proxy
+        {
+            p.remove_region(id);
+        }
+    }
 }
 
 /// What consecutive calls share (one call at a time).
@@ -145,7 +198,10 @@ impl Communicator {
             Some(Err(e)) => Err(Error::Unsupported(format!(
                 "communication across hosts could not be set up: {e}"
             ))),
-            None => Err(self.multi_host("communication across hosts")),
+            None => Err(Error::Unsupported(format!(
+                "rank {}: communication across hosts was not set up (the ranks are on one host)",
+                self.rank
+            ))),
         }
     }
 
@@ -168,7 +224,13 @@ impl Communicator {
             )));
         }
         let hosts = self.hosts()?;
-        hosts.run(self, call, stream)
+        // Windows of this communicator are plain memory to the host's communicator.
+        let call = Call {
+            send: call.send.as_plain(),
+            recv: call.recv.as_plain(),
+            ..*call
+        };
+        hosts.run(self, &call, stream)
     }
 }
 
@@ -331,15 +393,22 @@ impl Hosts {
         debug_assert_eq!(local.nranks() as usize, hosts[mine].len());
         let ucx = comm.agree(Tag::Ucx, "starting UCX", Ucx::new(comm.rank))?;
         let addresses = exchange_addresses(comm, &ucx.address())?;
-        let remote = hosts
+        let remote: Vec<u32> = hosts
             .iter()
             .enumerate()
             .filter(|&(h, _)| h != mine)
-            .flat_map(|(_, ranks)| ranks.iter().copied());
+            .flat_map(|(_, ranks)| ranks.iter().copied())
+            .collect();
         let connected = remote
-            .map(|r| ucx.connect(r, &addresses[r as usize]))
+            .iter()
+            .map(|&r| ucx.connect(r, &addresses[r as usize]))
             .collect::<Result<Vec<()>>>();
         comm.agree(Tag::Ucx, "connecting UCX endpoints", connected)?;
+        let proxy = if comm.backend().is_emu() {
+            Some(start_proxy(comm, remote)?)
+        } else {
+            None
+        };
         tracing::info!(
             target: "symcomm::hosts",
             "rank {}: {} hosts, this one has ranks {:?}; {}",
@@ -362,7 +431,13 @@ impl Hosts {
                 received: vec![0; comm.nranks as usize],
             }),
             sent_bytes: AtomicU64::new(0),
+            proxy,
         })
+    }
+
+    /// Device address of this rank's proxy queue (`DevComm::proxy`), 0 without a proxy.
+    pub(super) fn proxy_addr(&self) -> u64 {
+        self.proxy.as_ref().map_or(0, Proxy::addr)
     }
 
     /// The host that holds `rank`, and its index there.

@@ -9,7 +9,7 @@ use symcomm_device::layout::SignalLayout;
 
 use super::control::{Control, ControlTiming};
 use super::fdpass::{self, Listener, LocalLinks};
-use super::memory::ControlBlock;
+use super::memory::{ControlBlock, RankSlots};
 use super::payload::{self, DeviceDesc, Tag};
 use super::split::Lineage;
 use super::{CommOptions, Communicator, Device, coll, peers_succeeded};
@@ -115,6 +115,7 @@ impl Communicator {
             },
             coll: coll::CollState::default(),
             signals: None,
+            slots: RankSlots::one_host(nranks),
             links: None,
             exchange_seq: Mutex::new(0),
             lineage: Lineage::new(config),
@@ -125,13 +126,17 @@ impl Communicator {
             me: Weak::new(),
         };
         comm.agree(Tag::Init, "opening the device", status)?;
-        if comm.spans_one_host() {
-            comm.check_devices()?;
-            comm.connect_local_team()?;
-            // Signal words and the LL area (symcomm_device::layout).
-            let bytes = SignalLayout::new(nranks).stride;
-            comm.signals = Some(comm.alloc_flat(Ok(bytes), 16, "signal area")?);
+        comm.check_devices()?;
+        comm.connect_local_team()?;
+        if !comm.spans_one_host() {
+            // Only this host's ranks' copies are mapped (windows, signal area).
+            let slots = RankSlots::across_hosts(&comm.backend, nranks, comm.local.ranks());
+            comm.slots = comm.agree(Tag::Init, "placing this host's ranks", slots)?;
         }
+        // Signal words (for every rank of the communicator) and the LL area
+        // (symcomm_device::layout).
+        let bytes = SignalLayout::new(nranks).stride;
+        comm.signals = Some(comm.alloc_flat(Ok(bytes), 16, "signal area")?);
         tracing::info!(
             target: "symcomm::init",
             "rank {rank}/{nranks}: communicator ready on {backend_name} in {:.1} ms (local team {:?})",
@@ -293,12 +298,15 @@ impl Communicator {
                 fdpass::MAX_LOCAL
             )));
         }
-        if team.len() == 1 {
+        let alone = team.len() == 1;
+        if alone && self.spans_one_host() {
             self.links = Some(LocalLinks::Alone);
             return Ok(());
         }
+        // Across hosts every rank takes part in the steps below (they are collective over the
+        // whole communicator), also one alone on its host.
         let leader = team[0];
-        let listener = if self.rank == leader {
+        let listener = if self.rank == leader && !alone {
             Some(Listener::open(team.len()))
         } else {
             None
@@ -325,6 +333,7 @@ impl Communicator {
             })?;
         let deadline = Instant::now() + self.op_timeout;
         let links = match listener {
+            _ if alone => Ok(LocalLinks::Alone),
             Some(l) => LocalLinks::accept(l?, &team, &self.table, deadline),
             None => LocalLinks::connect(&theirs, self.rank, &self.table[leader as usize], deadline),
         };

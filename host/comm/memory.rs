@@ -18,11 +18,14 @@ use std::num::NonZeroUsize;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use symcomm_device::abi::{ErrorRecord, WindowHandleRaw};
+use std::sync::Arc;
+
+use symcomm_device::abi::{ErrorRecord, SYMCOMM_RANK_REMOTE, WindowHandleRaw};
 
 use crate::backend::cuda::{HostMapped, VmmRange, VmmSegment};
 use crate::backend::emu::memory::{self as emu, HeapBlock, MemfdRange};
 use crate::backend::{Backend, PerBackend, on_backend};
+use crate::stream::Buffer;
 use crate::{Error, Result};
 
 /// Size granularity of one rank's copy on `backend`.
@@ -51,11 +54,81 @@ impl Segment {
     }
 }
 
+/// Which ranks' copies a flat layout maps: all on one host; across hosts only this host's
+/// ranks', each still at `base + rank * stride`, the others' places left as holes. The device
+/// tells them apart by a table in device memory (`ranks` of DevComm and WindowHandleRaw, abi.h:
+/// the rank, or `SYMCOMM_RANK_REMOTE`); on one host there is no table.
+#[derive(Clone)]
+pub(crate) struct RankSlots {
+    /// Whether each rank's copy is mapped here.
+    here: Arc<[bool]>,
+    /// The device table, `None` on one host. Shared by every handle that names it.
+    table: Option<Arc<Buffer>>,
+}
+
+impl RankSlots {
+    /// Every one of `nranks` ranks on this host.
+    pub(crate) fn one_host(nranks: u32) -> Self {
+        RankSlots {
+            here: vec![true; nranks as usize].into(),
+            table: None,
+        }
+    }
+
+    /// `nranks` ranks of which `here` run on this host; the table goes to `backend`'s device
+    /// memory.
+    pub(crate) fn across_hosts(backend: &Backend, nranks: u32, here: &[u32]) -> Result<Self> {
+        let mut mapped = vec![false; nranks as usize];
+        for &r in here {
+            if let Some(m) = mapped.get_mut(r as usize) {
+                *m = true;
+            }
+        }
+        let words: Vec<u32> = (0u32..)
+            .zip(&mapped)
+            .map(|(r, &m)| if m { r } else { SYMCOMM_RANK_REMOTE })
+            .collect();
+        let table = Buffer::new(backend, words.len() * size_of::<u32>())?;
+        table.write(0, &words)?;
+        Ok(RankSlots {
+            here: mapped.into(),
+            table: Some(Arc::new(table)),
+        })
+    }
+
+    /// Ranks of the layout.
+    pub(crate) fn nranks(&self) -> u32 {
+        self.here.len() as u32
+    }
+
+    /// The ranks whose copies are mapped here, ascending.
+    pub(crate) fn mapped(&self) -> Vec<u32> {
+        (0u32..)
+            .zip(self.here.iter())
+            .filter(|&(_, &m)| m)
+            .map(|(r, _)| r)
+            .collect()
+    }
+
+    /// Whether `rank`'s copy is mapped here (false for no rank).
+    pub(crate) fn is_mapped(&self, rank: u32) -> bool {
+        self.here.get(rank as usize).copied().unwrap_or(false)
+    }
+
+    /// The device address of the table, 0 on one host.
+    pub(crate) fn table_addr(&self) -> u64 {
+        self.table.as_ref().map_or(0, |t| t.addr())
+    }
+}
+
 /// Every local rank's copy mapped in the flat layout; unmapped on drop.
 pub(crate) struct FlatMapping {
     base: u64,
     stride: u64,
-    nranks: u32,
+    slots: RankSlots,
+    /// The allocation's number, the same on every rank of the communicator (what the proxy
+    /// names a window by).
+    id: u64,
     /// `None` once handed to `crate::sync_free` by the mapping's drop.
     range: Option<PerBackend<VmmRange, MemfdRange>>,
 }
@@ -65,16 +138,30 @@ impl std::fmt::Debug for FlatMapping {
         f.debug_struct("FlatMapping")
             .field("base", &format_args!("{:#x}", self.base))
             .field("stride", &self.stride)
-            .field("nranks", &self.nranks)
+            .field("nranks", &self.slots.nranks())
             .finish_non_exhaustive()
     }
 }
 
 impl FlatMapping {
-    /// Maps `fds[r]` (rank r's copy, `stride` bytes each) at `base + r * stride`.
-    pub(crate) fn map(backend: &Backend, stride: u64, fds: Vec<OwnedFd>) -> Result<Self> {
-        let nranks = u32::try_from(fds.len())
-            .map_err(|_| Error::InvalidArgument("too many ranks".into()))?;
+    /// Maps `fds[i]` (the copy of the i-th rank that `slots` maps here, `stride` bytes each) at
+    /// `base + rank * stride`, in a reservation for every rank of `slots`.
+    pub(crate) fn map(
+        backend: &Backend,
+        stride: u64,
+        fds: Vec<OwnedFd>,
+        slots: RankSlots,
+        id: u64,
+    ) -> Result<Self> {
+        let at = slots.mapped();
+        if fds.len() != at.len() {
+            return Err(Error::InvalidArgument(format!(
+                "received {} memory handles for {} ranks on this host",
+                fds.len(),
+                at.len()
+            )));
+        }
+        let nranks = slots.nranks();
         let total = stride
             .checked_mul(u64::from(nranks))
             .and_then(|t| usize::try_from(t).ok())
@@ -85,13 +172,14 @@ impl FlatMapping {
                 ))
             })?;
         let range = match backend {
-            Backend::Cuda(d) => PerBackend::Cuda(VmmRange::map(d, stride, fds)?),
-            Backend::Emu => PerBackend::Emu(MemfdRange::map(stride, total, &fds)?),
+            Backend::Cuda(d) => PerBackend::Cuda(VmmRange::map(d, stride, fds, &at, nranks)?),
+            Backend::Emu => PerBackend::Emu(MemfdRange::map(stride, total, &fds, &at)?),
         };
         Ok(FlatMapping {
             base: on_backend!(&range, r => r.base()),
             stride,
-            nranks,
+            slots,
+            id,
             range: Some(range),
         })
     }
@@ -127,27 +215,45 @@ impl FlatMapping {
             stride: self.stride,
             bytes,
             rank,
-            nranks: self.nranks,
+            nranks: self.slots.nranks(),
             elem_size,
             dtype,
+            ranks: self.slots.table_addr(),
         }
+    }
+
+    /// The allocation's number (the same on every rank).
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Device address of rank `rank`'s copy, or [`Error::InvalidArgument`] for a rank on
+    /// another host (not mapped here).
+    pub(crate) fn copy_addr(&self, rank: u32) -> Result<u64> {
+        if !self.slots.is_mapped(rank) {
+            return Err(Error::InvalidArgument(format!(
+                "rank {rank}'s copy is on another host: only the copies of this host's ranks are \
+                 mapped here"
+            )));
+        }
+        Ok(self.base + u64::from(rank) * self.stride)
     }
 
     /// Copies `data` into rank `rank`'s copy at byte `offset` (bounds checked by the caller).
     pub(crate) fn write(&self, rank: u32, offset: u64, data: &[u8]) -> Result<()> {
-        let addr = self.base + u64::from(rank) * self.stride + offset;
+        let addr = self.copy_addr(rank)? + offset;
         on_backend!(self.range(), r => r.write(addr, data))
     }
 
     /// Copies rank `rank`'s copy at byte `offset` into `out` (bounds checked by the caller).
     pub(crate) fn read(&self, rank: u32, offset: u64, out: &mut [u8]) -> Result<()> {
-        let addr = self.base + u64::from(rank) * self.stride + offset;
+        let addr = self.copy_addr(rank)? + offset;
         on_backend!(self.range(), r => r.read(addr, out))
     }
 
     /// Sets every byte of rank `rank`'s copy to zero.
     pub(crate) fn zero(&self, rank: u32) -> Result<()> {
-        let addr = self.base + u64::from(rank) * self.stride;
+        let addr = self.copy_addr(rank)?;
         on_backend!(self.range(), r => r.zero(addr, self.stride))
     }
 }
@@ -234,6 +340,30 @@ impl ControlBlock {
     /// Whether the abort flag is raised.
     pub(crate) fn abort_raised(&self) -> bool {
         self.abort().load(Ordering::Acquire) != 0
+    }
+
+    /// Records `rec` as this rank's error unless one is recorded already (first error wins, as
+    /// on the device): for host threads that act for kernels (the proxy). Returns whether it
+    /// was recorded.
+    pub(crate) fn record(&self, rec: &ErrorRecord) -> bool {
+        if self
+            .error_status()
+            .compare_exchange(0, rec.status, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return false;
+        }
+        let rec_ptr = self.host.wrapping_add(ERROR_OFFSET).cast::<ErrorRecord>();
+        // SAFETY: the record lies inside the block, alive as long as `self`; winning the
+        // compare-and-swap on `status` makes this thread its only writer, as on the device.
+        unsafe {
+            std::ptr::addr_of_mut!((*rec_ptr).rank).write_volatile(rec.rank);
+            std::ptr::addr_of_mut!((*rec_ptr).peer).write_volatile(rec.peer);
+            std::ptr::addr_of_mut!((*rec_ptr).op).write_volatile(rec.op);
+            std::ptr::addr_of_mut!((*rec_ptr).detail).write_volatile(rec.detail);
+            std::ptr::addr_of_mut!((*rec_ptr).time_ns).write_volatile(rec.time_ns);
+        }
+        true
     }
 
     /// The error record, if a kernel recorded one.

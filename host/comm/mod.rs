@@ -24,6 +24,7 @@ mod init;
 mod memory;
 mod options;
 pub(crate) mod payload;
+mod proxy;
 mod record;
 mod split;
 mod window;
@@ -51,7 +52,7 @@ pub use window::{Window, WindowHandle};
 
 use control::Control;
 use fdpass::LocalLinks;
-use memory::{ControlBlock, FlatMapping};
+use memory::{ControlBlock, FlatMapping, RankSlots};
 use payload::{Outcome, Tag};
 
 /// One rank's communicator. It holds the bootstrap links (the control plane: heartbeats,
@@ -175,6 +176,9 @@ pub struct Communicator {
     group: u64,
     coll: coll::CollState,
     signals: Option<FlatMapping>,
+    /// Where each rank's copy of the signal area and of windows lies (only this host's ranks'
+    /// are mapped).
+    slots: RankSlots,
     links: Option<LocalLinks>,
     exchange_seq: Mutex<u64>,
     /// What communicators split from this one inherit.
@@ -250,13 +254,24 @@ impl Communicator {
     /// The device handle of this communicator, for kernels (`symcomm::DevComm` in C++): rank,
     /// signal area, abort flag, error record, wait deadline.
     ///
+    /// Across hosts, kernels signal ranks of this host with stores and ranks of other hosts
+    /// through this rank's proxy (a host thread that carries each signal or `put_with_signal`
+    /// over UCX, where the peer's proxy applies it): the same calls, at network cost (tens of
+    /// microseconds instead of about one). Loads and stores reach only this host's ranks: `put`,
+    /// `get` and the device library's collectives refuse other hosts' ranks
+    /// (`SYMCOMM_REFUSED_REMOTE`); host collectives work across hosts.
+    ///
     /// # Errors
-    /// [`Error::Unsupported`] when the ranks span several hosts.
+    /// [`Error::Unsupported`] when the signal area is missing (init failed to map it).
     pub fn device_handle(&self) -> Result<DevComm> {
         let signals = self
             .signals
             .as_ref()
-            .ok_or_else(|| self.multi_host("device handles"))?;
+            .ok_or_else(|| Error::Unsupported("the signal area is not mapped".to_owned()))?;
+        let proxy = match self.hosts.get() {
+            Some(Ok(h)) => h.proxy_addr(),
+            _ => 0,
+        };
         Ok(DevComm {
             abi_version: SYMCOMM_ABI_VERSION,
             rank: self.rank,
@@ -274,6 +289,8 @@ impl Communicator {
             } else {
                 0
             },
+            ranks: self.slots.table_addr(),
+            proxy,
         })
     }
 
@@ -409,16 +426,6 @@ impl Communicator {
             return Err(control::aborted_error(self.rank));
         }
         Ok(())
-    }
-
-    fn multi_host(&self, what: &str) -> Error {
-        Error::Unsupported(format!(
-            "{what} need every rank on one host; rank {}'s host has ranks {:?} of {} (across \
-             hosts, use ordinary buffers with the host collectives, which go over UCX)",
-            self.rank,
-            self.local.ranks(),
-            self.nranks
-        ))
     }
 
     /// All ranks report the outcome of a step; every rank fails if any did (this rank with its

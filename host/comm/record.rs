@@ -17,6 +17,7 @@ fn op_name(op: u32) -> &'static str {
         symcomm_device::abi::SYMCOMM_OP_GRID_SYNC => "grid_sync",
         symcomm_device::abi::SYMCOMM_OP_PUT => "put_with_signal",
         symcomm_device::abi::SYMCOMM_OP_LL_WAIT => "ll_wait",
+        symcomm_device::abi::SYMCOMM_OP_PROXY => "proxy",
         _ => "device operation",
     }
 }
@@ -63,6 +64,19 @@ pub(crate) fn describe_record(rec: &ErrorRecord) -> String {
         a::SYMCOMM_OP_LL_WAIT => format!(
             "LL all-reduce on barrier index {hi}: line {lo} from peer {}",
             rec.peer
+        ),
+        a::SYMCOMM_OP_PROXY if invalid && hi == a::SYMCOMM_REFUSED_REMOTE => format!(
+            "a signal to rank {lo} on another host: no proxy runs here (GPUs: not yet), or \
+             signal_add asked for the previous value, which stays on that host"
+        ),
+        a::SYMCOMM_OP_PROXY if invalid => format!(
+            "the proxy could not carry out an operation with rank {} (detail {:#x}: a \
+             put_with_signal outside every window, or a message it cannot apply)",
+            rec.peer, rec.detail
+        ),
+        a::SYMCOMM_OP_PROXY => format!(
+            "operation with rank {} through the proxy (ticket {})",
+            rec.peer, rec.detail
         ),
         op => format!("operation {op}, detail {:#x}", rec.detail),
     }
@@ -113,6 +127,10 @@ fn refusal(rec: &ErrorRecord, describe: &str) -> String {
         a::SYMCOMM_REFUSED_DTYPE => "the element type is not the window's",
         a::SYMCOMM_REFUSED_PEER => "a peer is not a rank of the window",
         a::SYMCOMM_REFUSED_LL => "the communicator has no LL area, or the barrier index is past it",
+        a::SYMCOMM_REFUSED_REMOTE => {
+            "the peer is on another host, which loads and stores cannot reach (signals and \
+             put_with_signal go through the proxy, on the emulator; host collectives over UCX)"
+        }
         _ => "a device-side precondition failed",
     };
     format!("{what} refused its arguments on the device: {why} (detail {detail:#x})")

@@ -76,6 +76,7 @@ impl<T> Drop for Window<T> {
     // with its last holder.
     fn drop(&mut self) {
         self.comm.quiesce();
+        self.comm.forget_region(self.mapping.id());
     }
 }
 

@@ -108,6 +108,7 @@ mod tests {
             nranks: 4,
             elem_size: 4,
             dtype: symcomm_device::abi::SYMCOMM_DTYPE_F32,
+            ranks: 0,
         };
         let args = KernelArgs::new()
             .arg(&7u8)

@@ -25,7 +25,7 @@ typedef unsigned long long uint64_t;
 
 /** Version of the layouts below; `DevComm::abi_version` carries it so a kernel can refuse a host
  *  built against different headers. */
-#define SYMCOMM_ABI_VERSION 4u
+#define SYMCOMM_ABI_VERSION 5u
 
 /* The signal area. Every (owner rank, writing peer) pair has SYMCOMM_SIGNAL_WORDS signal words:
  * 64-bit words in the owner's signal array that only the peer writes (epochs: values only grow).
@@ -184,6 +184,9 @@ typedef unsigned long long uint64_t;
 /** A wait for a line of the LL area (`all_reduce_ll`, `all_gather_ll`; detail: the barrier index << 32 | the line
  *  in its region, 0 for the header line). */
 #define SYMCOMM_OP_LL_WAIT 8u
+/** A wait for the proxy to take an operation for a rank on another host (a signal or
+ *  put_with_signal; detail: the operation's ticket). */
+#define SYMCOMM_OP_PROXY 9u
 
 /* Why a device operation refused its arguments (bits 32..39 of ErrorRecord::detail). Every check
  * is made at entry, before any memory access and any barrier, from values that agree across ranks
@@ -210,6 +213,10 @@ typedef unsigned long long uint64_t;
 /** An LL collective on a communicator without an LL area (`DevComm::ll_lines` < 2), or on a
  *  barrier index past it (>= SYMCOMM_USER_BARRIER_END). */
 #define SYMCOMM_REFUSED_LL 10u
+/** The peer is on another host, which loads and stores cannot reach: put / get, and every
+ *  collective of the device library, on a communicator whose ranks span several hosts; or a
+ *  signal / put_with_signal to such a peer where no proxy runs (`DevComm::proxy` 0). */
+#define SYMCOMM_REFUSED_REMOTE 11u
 
 /* Collective kinds (CollArgs::kind; part of the fingerprint, so ranks must agree on the
  * algorithm too). */
@@ -250,6 +257,66 @@ typedef unsigned long long uint64_t;
  *  barrier index index + b. */
 #define SYMCOMM_SCOPE_CTA 1u
 
+/* Ranks on other hosts. A communicator or window whose ranks span several hosts keeps the flat
+ * layout over all its ranks, but maps only the copies (signal arrays, window copies) of the ranks
+ * on this host: the others' places are holes. `ranks`, in DevComm and WindowHandleRaw, is then
+ * the device address of a uint32_t per rank, SYMCOMM_RANK_REMOTE for a rank on another host and
+ * the rank itself for one on this host; 0 when every rank is on this host.
+ *
+ * Signals and put_with_signal to a rank on another host go through this rank's proxy: a host
+ * thread that takes operations from a ring and carries them over the network, where the peer's
+ * proxy writes the data into its copy and then release-stores (or adds) the signal word. The
+ * device side (one thread): takes a ticket t (atomic add on ProxyQueue::next, device memory),
+ * waits until slot t % SYMCOMM_PROXY_SLOTS of the ring is free (`*taken + SLOTS > t`), writes
+ * the ProxyOp there and release-stores its `ticket` field to t + 1 last; then waits until the
+ * proxy took it (`*taken > t`: the data was read, so the source may be reused). The proxy takes
+ * operations in ticket order and release-stores the count it took into `*taken`. Both waits
+ * are bounded (SYMCOMM_OP_PROXY). */
+/** ProxyOp::op: release-store `value` into the peer's signal word `word` for this rank. */
+#define SYMCOMM_PROXY_SIGNAL_SET 1u
+/** ProxyOp::op: release-add `value` to the peer's signal word `word` for this rank. */
+#define SYMCOMM_PROXY_SIGNAL_ADD 2u
+/** ProxyOp::op: copy `bytes` bytes from `src` into the peer's copy of the window at the
+ *  address `dst` names in this rank's own copy, then as SYMCOMM_PROXY_SIGNAL_SET. */
+#define SYMCOMM_PROXY_PUT 3u
+/** Operations in a proxy's ring. */
+#define SYMCOMM_PROXY_SLOTS 64u
+/** The `ranks` table's entry of a rank on another host. */
+#define SYMCOMM_RANK_REMOTE 0xFFFFFFFFu
+
+/** One operation for the proxy (a slot of its ring). */
+typedef struct ProxyOp {
+    /** The operation's ticket + 1 once every other field is written (release-stored last);
+     *  the proxy reads the slot when it holds the ticket it expects + 1. */
+    uint64_t ticket;
+    /** SYMCOMM_PROXY_*. */
+    uint32_t op;
+    /** The rank on another host. */
+    uint32_t peer;
+    /** The signal word (a users' word). */
+    uint32_t word;
+    /** Zero. */
+    uint32_t reserved;
+    /** The signal's value (SET, PUT) or increment (ADD). */
+    uint64_t value;
+    /** PUT: device address of the data. */
+    uint64_t src;
+    /** PUT: device address of the destination in this rank's own copy of the window. */
+    uint64_t dst;
+    /** PUT: bytes. */
+    uint64_t bytes;
+} ProxyOp;
+
+/** The device's side of a proxy (`DevComm::proxy` points to it, in device memory). */
+typedef struct ProxyQueue {
+    /** The next ticket (device atomics). */
+    uint64_t next;
+    /** Device address of the ring: SYMCOMM_PROXY_SLOTS ProxyOps (host memory the device maps). */
+    uint64_t ring;
+    /** Device address of the uint64_t count of operations the proxy took (host memory). */
+    uint64_t taken;
+} ProxyQueue;
+
 /**
  * Device handle of a communicator (one per rank), passed to kernels by value.
  *
@@ -284,6 +351,12 @@ typedef struct DevComm {
     uint32_t ll_lines;
     /** SYMCOMM_COMM_* bits. */
     uint32_t flags;
+    /** Device address of the table of ranks on other hosts (see SYMCOMM_RANK_REMOTE); 0: every
+     *  rank is on this host. */
+    uint64_t ranks;
+    /** Device address of this rank's ProxyQueue; 0: no proxy (operations on ranks of other
+     *  hosts are refused, SYMCOMM_REFUSED_REMOTE). */
+    uint64_t proxy;
 } DevComm;
 
 /**
@@ -310,6 +383,9 @@ typedef struct WindowHandleRaw {
     uint32_t elem_size;
     /** SYMCOMM_DTYPE_* of the element, or SYMCOMM_DTYPE_NONE. */
     uint32_t dtype;
+    /** Device address of the table of ranks on other hosts (see SYMCOMM_RANK_REMOTE); 0: every
+     *  rank is on this host. */
+    uint64_t ranks;
 } WindowHandleRaw;
 
 /**
@@ -428,8 +504,8 @@ typedef struct P2pArgs {
 #define SYMCOMM_ABI_ASSERT(cond, msg) _Static_assert(cond, msg)
 #define SYMCOMM_ABI_ALIGNOF(t) _Alignof(t)
 #endif
-SYMCOMM_ABI_ASSERT(sizeof(DevComm) == 72 && SYMCOMM_ABI_ALIGNOF(DevComm) == 8, "DevComm layout");
-SYMCOMM_ABI_ASSERT(sizeof(WindowHandleRaw) == 40 && SYMCOMM_ABI_ALIGNOF(WindowHandleRaw) == 8, "WindowHandleRaw layout");
+SYMCOMM_ABI_ASSERT(sizeof(DevComm) == 88 && SYMCOMM_ABI_ALIGNOF(DevComm) == 8, "DevComm layout");
+SYMCOMM_ABI_ASSERT(sizeof(WindowHandleRaw) == 48 && SYMCOMM_ABI_ALIGNOF(WindowHandleRaw) == 8, "WindowHandleRaw layout");
 SYMCOMM_ABI_ASSERT(sizeof(ErrorRecord) == 32 && SYMCOMM_ABI_ALIGNOF(ErrorRecord) == 8, "ErrorRecord layout");
 /* NVRTC has neither offsetof nor __builtin_offsetof; nvcc and the host compilers check offsets. */
 #if !defined(__CUDACC_RTC__)
@@ -439,11 +515,16 @@ SYMCOMM_ABI_ASSERT(__builtin_offsetof(DevComm, flags) == 68, "DevComm.flags");
 SYMCOMM_ABI_ASSERT(__builtin_offsetof(WindowHandleRaw, rank) == 24, "WindowHandleRaw.rank");
 SYMCOMM_ABI_ASSERT(__builtin_offsetof(WindowHandleRaw, elem_size) == 32, "WindowHandleRaw.elem_size");
 SYMCOMM_ABI_ASSERT(__builtin_offsetof(WindowHandleRaw, dtype) == 36, "WindowHandleRaw.dtype");
+SYMCOMM_ABI_ASSERT(__builtin_offsetof(WindowHandleRaw, ranks) == 40, "WindowHandleRaw.ranks");
+SYMCOMM_ABI_ASSERT(__builtin_offsetof(DevComm, ranks) == 72, "DevComm.ranks");
+SYMCOMM_ABI_ASSERT(__builtin_offsetof(DevComm, proxy) == 80, "DevComm.proxy");
+SYMCOMM_ABI_ASSERT(sizeof(ProxyOp) == 56 && SYMCOMM_ABI_ALIGNOF(ProxyOp) == 8, "ProxyOp layout");
+SYMCOMM_ABI_ASSERT(sizeof(ProxyQueue) == 24 && SYMCOMM_ABI_ALIGNOF(ProxyQueue) == 8, "ProxyQueue layout");
 SYMCOMM_ABI_ASSERT(__builtin_offsetof(ErrorRecord, detail) == 16, "ErrorRecord.detail");
 #endif
-SYMCOMM_ABI_ASSERT(sizeof(CollArgs) == 136 && SYMCOMM_ABI_ALIGNOF(CollArgs) == 8, "CollArgs layout");
+SYMCOMM_ABI_ASSERT(sizeof(CollArgs) == 152 && SYMCOMM_ABI_ALIGNOF(CollArgs) == 8, "CollArgs layout");
 SYMCOMM_ABI_ASSERT(sizeof(P2pOp) == 32 && SYMCOMM_ABI_ALIGNOF(P2pOp) == 8, "P2pOp layout");
-SYMCOMM_ABI_ASSERT(sizeof(P2pArgs) == 48 + 32 * SYMCOMM_P2P_MAX_OPS && SYMCOMM_ABI_ALIGNOF(P2pArgs) == 8, "P2pArgs layout");
+SYMCOMM_ABI_ASSERT(sizeof(P2pArgs) == 56 + 32 * SYMCOMM_P2P_MAX_OPS && SYMCOMM_ABI_ALIGNOF(P2pArgs) == 8, "P2pArgs layout");
 /* The signal-word ranges tile [0, SYMCOMM_SIGNAL_WORDS) in order, without overlap or gap, and the
  * barrier indices split into the host's lanes and the users' range. */
 SYMCOMM_ABI_ASSERT(SYMCOMM_USER_SIGNAL_END > 0 && SYMCOMM_BARRIER_WORD_FIRST == SYMCOMM_USER_SIGNAL_END,

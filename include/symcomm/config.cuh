@@ -79,3 +79,16 @@
     extern __shared__ __align__(16) unsigned char symcomm_dynamic_shared_[];                          \
     type* const name = reinterpret_cast<type*>(symcomm_dynamic_shared_)
 #endif
+
+namespace symcomm {
+namespace detail {
+
+/// Whether rank `rank` runs on this host, by the table `ranks` (the `ranks` field of DevComm and
+/// WindowHandleRaw): always when the table is 0 (every rank on this host), else unless its entry
+/// is SYMCOMM_RANK_REMOTE. Pre: rank < nranks.
+SYMCOMM_DEVICE bool on_this_host(uint64_t ranks, uint32_t rank) {
+    return ranks == 0 || reinterpret_cast<const uint32_t*>(ranks)[rank] != SYMCOMM_RANK_REMOTE;
+}
+
+}  // namespace detail
+}  // namespace symcomm

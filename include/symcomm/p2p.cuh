@@ -15,6 +15,12 @@
 // `count` elements fit in each rank's copy (exact arithmetic: no wrap-around), and returns
 // Status::InvalidArgument otherwise. The other buffer (`src` of put, `dst` of get) is ordinary
 // memory the library cannot see the size of: keeping it in bounds is the caller's.
+//
+// Ranks on other hosts (communicators across hosts): their copies are not mapped here, so put and
+// get refuse them (InvalidArgument, reason SYMCOMM_REFUSED_REMOTE); put_with_signal reaches them
+// through this rank's proxy (signal.cuh, signal_set), which sends the data and then the signal, so
+// the peer's wait sees both as with a put on one host — at network cost, and on the emulator only
+// today (without a proxy it is refused the same way).
 #pragma once
 
 #include <symcomm/group.cuh>

@@ -70,6 +70,11 @@ SYMCOMM_DEVICE Status poll_until(Thread t, const DevComm& comm, const uint64_t* 
 /// Pre: value is larger than any value stored in that word before (epochs only grow).
 /// Returns Ok, or InvalidArgument (recorded: op SYMCOMM_OP_SIGNAL, detail `peer << 32 | word`,
 /// nothing stored) unless peer < comm.nranks and word < SYMCOMM_USER_SIGNAL_END.
+/// A peer on another host (communicators across hosts): the store goes through this rank's proxy
+/// (DevComm::proxy, abi.h at SYMCOMM_PROXY_SLOTS), which applies it on the peer's host with the
+/// same ordering, at network cost (tens of microseconds); the call returns once the proxy has
+/// taken it (a bounded wait for a free ring slot). Without a proxy (on a GPU today) it returns
+/// InvalidArgument, recorded (op SYMCOMM_OP_PROXY, detail `peer | SYMCOMM_REFUSED_REMOTE << 32`).
 template <Scope S = Scope::Sys>
 SYMCOMM_DEVICE Status signal_set(Thread t, const DevComm& comm, uint32_t peer, uint32_t word, uint64_t value);
 
@@ -78,6 +83,8 @@ SYMCOMM_DEVICE Status signal_set(Thread t, const DevComm& comm, uint32_t peer, u
 /// the same word; the peer waits for the sum). Called by one thread; ordering as for signal_set.
 /// Stores the word's previous value into `*previous` when that is not null.
 /// Returns Ok, or InvalidArgument as signal_set does (nothing added, `*previous` untouched).
+/// A peer on another host: through the proxy as for signal_set, and only with `previous` null
+/// (the proxy does not return values): otherwise InvalidArgument, recorded as there.
 template <Scope S = Scope::Sys>
 SYMCOMM_DEVICE Status signal_add(Thread t, const DevComm& comm, uint32_t peer, uint32_t word, uint64_t delta,
                                  uint64_t* previous = nullptr);

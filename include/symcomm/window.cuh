@@ -1,8 +1,12 @@
 // symcomm device library: addressing symmetric windows.
 //
 // A window is symmetric memory: every rank has a copy of the same size, and every rank can load
-// and store every copy. Flat layout: rank r's copy starts at `base + r * stride`, so a peer
-// address is one multiply-add.
+// and store every copy on its host. Flat layout: rank r's copy starts at `base + r * stride`, so
+// a peer address is one multiply-add. Across hosts (a communicator whose ranks span several),
+// only the copies of the ranks on this host are mapped (the others' places in the layout are
+// holes, abi.h at SYMCOMM_RANK_REMOTE): the addressing functions below then need a peer on this
+// host (`on_this_host`), put / get refuse others (SYMCOMM_REFUSED_REMOTE), and put_with_signal
+// reaches them through the proxy (p2p.cuh).
 //
 // Bounds: a handle knows its size (`bytes` per rank) and its element type (`elem_size`, `dtype`).
 // The addressing functions below do not check (they are one multiply-add in inner loops); the
@@ -26,7 +30,8 @@
 namespace symcomm {
 
 /// Address of byte `offset` in rank `peer`'s copy of the window (flat layout: one multiply-add).
-/// Pre: peer < win.nranks, offset <= win.bytes (not checked). Any thread may call it.
+/// Pre: peer < win.nranks, peer on this host, offset <= win.bytes (not checked). Any thread may
+/// call it.
 SYMCOMM_DEVICE void* peer_ptr(const WindowHandleRaw& win, uint32_t peer, uint64_t offset);
 
 /// A window of elements of type `T` (the typed view of `WindowHandleRaw`, which is what kernels
@@ -44,9 +49,12 @@ struct WindowHandle {
 
     SYMCOMM_DEVICE explicit WindowHandle(const WindowHandleRaw& r);
 
-    /// Element `index` of rank `peer`'s copy. Pre: peer < nranks(), index <= count() (not
-    /// checked; see `fits`).
+    /// Element `index` of rank `peer`'s copy. Pre: peer < nranks(), `on_this_host(peer)`,
+    /// index <= count() (not checked; see `fits`).
     SYMCOMM_DEVICE T* peer_ptr(uint32_t peer, uint64_t index) const;
+    /// Whether rank `peer`'s copy is mapped here (the peer runs on this host; always true on a
+    /// communicator of one host). Pre: peer < nranks().
+    SYMCOMM_DEVICE bool on_this_host(uint32_t peer) const;
     /// Element `index` of this rank's copy.
     SYMCOMM_DEVICE T* local_ptr(uint64_t index) const;
     /// Elements per rank.
@@ -84,8 +92,8 @@ struct WindowSlice {
     /// First element of the slice, in elements of T from the start of each rank's copy.
     uint64_t offset;
 
-    /// Element `offset + i` of rank `peer`'s copy. Pre: peer < nranks(), offset + i <= the
-    /// window's count() (not checked; see `fits`).
+    /// Element `offset + i` of rank `peer`'s copy. Pre: peer < nranks(), peer on this host,
+    /// offset + i <= the window's count() (not checked; see `fits`).
     SYMCOMM_DEVICE T* peer_ptr(uint32_t peer, uint64_t i) const;
     /// Element `offset + i` of this rank's copy.
     SYMCOMM_DEVICE T* local_ptr(uint64_t i) const;

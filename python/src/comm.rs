@@ -192,7 +192,9 @@ impl Communicator {
     /// `signal_base` / `signal_stride` (rank r's signal words at `signal_base + r *
     /// signal_stride`), `signal_words`, `abort_flag`, `error`, `timeout_ns`, `abi_version`,
     /// `ll_offset` / `ll_lines` (the LL area in each rank's signal array), `flags`
-    /// (`SYMCOMM_COMM_*`: 1 when every rank is on this GPU).
+    /// (`SYMCOMM_COMM_*`: 1 when every rank is on this GPU), `ranks` (0 when every rank is on
+    /// this host, else the device address of the table of ranks on other hosts) and `proxy`
+    /// (the device address of this rank's proxy queue, 0 without one).
     fn device_handle<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
         let h = self.comm.device_handle().or_raise()?;
         let d = pyo3::types::PyDict::new(py);
@@ -208,6 +210,8 @@ impl Communicator {
         d.set_item("ll_offset", h.ll_offset)?;
         d.set_item("ll_lines", h.ll_lines)?;
         d.set_item("flags", h.flags)?;
+        d.set_item("ranks", h.ranks)?;
+        d.set_item("proxy", h.proxy)?;
         Ok(d)
     }
 

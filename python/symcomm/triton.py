@@ -56,8 +56,20 @@ USER_BARRIER_END = tl.constexpr(_symcomm.USER_BARRIER_END)
 
 def comm_args(comm):
     """``(signal_base, signal_stride, signal_words, abort_flag, timeout_ns, rank, nranks)`` of
-    ``comm``: the integers the helpers take, to splat into a kernel call."""
+    ``comm``: the integers the helpers take, to splat into a kernel call.
+
+    Raises ``symcomm.errors.Unsupported`` when the communicator's ranks span several hosts: these
+    helpers address every peer with loads and stores, which reach only the ranks of this host
+    (CUDA C++ and Rust kernels signal other hosts' ranks through the proxy)."""
     h = comm.device_handle()
+    if h["ranks"] != 0:
+        from .errors import Unsupported
+
+        raise Unsupported(
+            "the Triton helpers need every rank of the communicator on one host (they load and "
+            "store every peer's words); across hosts use the host collectives, or CUDA C++ / Rust "
+            "kernels, whose signals reach other hosts through the proxy"
+        )
     return (
         h["signal_base"], h["signal_stride"], h["signal_words"], h["abort_flag"], h["timeout_ns"],
         h["rank"], h["nranks"],

@@ -70,6 +70,8 @@ impl GpuTeam {
             ll_lines: SYMCOMM_LL_LINES,
             // One GPU holds every rank of the harness.
             flags: SYMCOMM_COMM_SAME_GPU,
+            ranks: 0,
+            proxy: 0,
         }
     }
 
@@ -84,6 +86,7 @@ impl GpuTeam {
             nranks: self.nranks,
             elem_size: 1,
             dtype: SYMCOMM_DTYPE_NONE,
+            ranks: 0,
         }
     }
 

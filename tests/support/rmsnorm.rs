@@ -18,7 +18,7 @@ pub(crate) struct AllReduceRmsNormArgs {
     pub(crate) eps: f32,
     pub(crate) first_slot: u32,
 }
-const _: () = assert!(size_of::<AllReduceRmsNormArgs>() == 96);
+const _: () = assert!(size_of::<AllReduceRmsNormArgs>() == 104);
 
 // SAFETY: `repr(C)`, integers and floats only (the window handle is DevicePlain itself), no
 // padding (96 bytes: 40 + 5 * 8 + 4 * 4, asserted above), every bit pattern valid; the layout is

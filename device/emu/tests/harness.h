@@ -62,6 +62,8 @@ struct Team {
         c.ll_offset = ll_offset(nranks);
         c.ll_lines = SYMCOMM_LL_LINES;
         c.flags = SYMCOMM_COMM_SAME_GPU;
+        c.ranks = 0;  // every rank on this host
+        c.proxy = 0;
         return c;
     }
 
@@ -76,6 +78,7 @@ struct Team {
         w.nranks = nranks;
         w.elem_size = 1;
         w.dtype = SYMCOMM_DTYPE_NONE;
+        w.ranks = 0;
         return w;
     }
 

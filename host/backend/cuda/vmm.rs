@@ -202,21 +202,29 @@ pub struct VmmRange {
     /// Bytes reserved at `base` (freed with exactly this size).
     reserved: usize,
     handles: Vec<dsys::CUmemGenericAllocationHandle>,
-    mapped: usize,
+    /// The slots mapped so far (their copies' ranks), each unmapped on drop.
+    mapped: Vec<u32>,
 }
 
 impl VmmRange {
-    /// Imports `fds[r]` (rank r's exported copy of `stride` bytes) and maps it at
-    /// `base + r * stride` with read-write access for `device`.
+    /// Reserves `nranks` slots of `stride` bytes, imports `fds[i]` (rank `at[i]`'s exported
+    /// copy of `stride` bytes) and maps it at `base + at[i] * stride` with read-write access for
+    /// `device`; the other slots stay unmapped (ranks on other hosts).
     ///
     /// # Errors
     /// [`Error::Cuda`]: import refused (a handle of another GPU without peer access), address
     /// space exhausted, `cuMemSetAccess` refused (`CUDA_ERROR_INVALID_DEVICE`: no P2P between
     /// the GPUs).
-    pub fn map(device: &CudaDevice, stride: u64, fds: Vec<OwnedFd>) -> Result<Self> {
+    pub fn map(
+        device: &CudaDevice,
+        stride: u64,
+        fds: Vec<OwnedFd>,
+        at: &[u32],
+        nranks: u32,
+    ) -> Result<Self> {
         vmm_available()?;
         device.ctx.bind()?;
-        let total = stride as usize * fds.len();
+        let total = stride as usize * nranks as usize;
         let mut base: dsys::CUdeviceptr = 0;
         // SAFETY: the context is current; the out-pointer is a live local; no fixed address.
         // Alignment 0 = the allocation granularity, which every stride is a multiple of (an
@@ -230,9 +238,9 @@ impl VmmRange {
             stride,
             reserved: total,
             handles: Vec::with_capacity(fds.len()),
-            mapped: 0,
+            mapped: Vec::with_capacity(fds.len()),
         };
-        for (r, fd) in fds.iter().enumerate() {
+        for (&r, fd) in at.iter().zip(fds.iter()) {
             let mut handle: dsys::CUmemGenericAllocationHandle = 0;
             // SAFETY: for POSIX fds the "OS handle" argument is the fd value itself, cast to a
             // pointer; the fd stays open for the call.
@@ -247,18 +255,20 @@ impl VmmRange {
             // SAFETY: `[base + r*stride, +stride)` lies in our reservation and is unmapped;
             // `handle` is a live allocation of exactly `stride` bytes.
             check("cuMemMap", unsafe {
-                dsys::cuMemMap(base + r as u64 * stride, stride as usize, 0, handle, 0)
+                dsys::cuMemMap(base + u64::from(r) * stride, stride as usize, 0, handle, 0)
             })?;
-            range.mapped += 1;
+            range.mapped.push(r);
         }
         let access = dsys::CUmemAccessDesc {
             location: location(&device.ctx),
             flags: dsys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
         };
-        // SAFETY: the whole range is mapped (above); one access descriptor.
-        check("cuMemSetAccess", unsafe {
-            dsys::cuMemSetAccess(base, total, &access, 1)
-        })?;
+        for &r in &range.mapped {
+            // SAFETY: slot r is mapped (above); one access descriptor.
+            check("cuMemSetAccess", unsafe {
+                dsys::cuMemSetAccess(base + u64::from(r) * stride, stride as usize, &access, 1)
+            })?;
+        }
         Ok(range)
     }
 
@@ -307,9 +317,11 @@ impl Drop for VmmRange {
         if self.ctx.bind().is_err() {
             return;
         }
-        for r in 0..self.mapped {
+        for &r in &self.mapped {
             // SAFETY: slot r was mapped in `map` and is unmapped once.
-            unsafe { dsys::cuMemUnmap(self.base + r as u64 * self.stride, self.stride as usize) };
+            unsafe {
+                dsys::cuMemUnmap(self.base + u64::from(r) * self.stride, self.stride as usize)
+            };
         }
         for &h in &self.handles {
             // SAFETY: each imported handle is released once.

@@ -62,9 +62,15 @@ unsafe impl Send for MemfdRange {}
 unsafe impl Sync for MemfdRange {}
 
 impl MemfdRange {
-    /// Maps `fds[r]` (rank r's copy, `stride` bytes each) at `base + r * stride` of a fresh
-    /// reservation of `total` (`stride * fds.len()`) bytes.
-    pub(crate) fn map(stride: u64, total: NonZeroUsize, fds: &[OwnedFd]) -> Result<Self> {
+    /// Maps `fds[i]` (rank `at[i]`'s copy, `stride` bytes each) at `base + at[i] * stride` of a
+    /// fresh reservation of `total` bytes (a slot per rank; the slots of ranks on other hosts
+    /// stay unmapped, `PROT_NONE`).
+    pub(crate) fn map(
+        stride: u64,
+        total: NonZeroUsize,
+        fds: &[OwnedFd],
+        at: &[u32],
+    ) -> Result<Self> {
         let len = NonZeroUsize::new(stride as usize)
             .ok_or_else(|| Error::InvalidArgument("empty window copy".into()))?;
         // SAFETY: a fresh anonymous PROT_NONE reservation at an address of the kernel's
@@ -82,8 +88,8 @@ impl MemfdRange {
             base,
             len: total.get(),
         };
-        for (r, fd) in fds.iter().enumerate() {
-            let at = NonZeroUsize::new(range.base() as usize + r * stride as usize);
+        for (&r, fd) in at.iter().zip(fds) {
+            let at = NonZeroUsize::new(range.base() as usize + r as usize * stride as usize);
             // SAFETY: `at..at+len` lies inside the reservation made above, which `range` owns;
             // MAP_FIXED replaces exactly that part of it.
             let mapped = unsafe {

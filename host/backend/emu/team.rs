@@ -173,6 +173,8 @@ impl EmuTeam {
             ll_lines: SYMCOMM_LL_LINES,
             // The team's ranks share the emulated GPU.
             flags: SYMCOMM_COMM_SAME_GPU,
+            ranks: 0,
+            proxy: 0,
         }
     }
 
@@ -195,6 +197,7 @@ impl EmuTeam {
             nranks,
             elem_size: 1,
             dtype: SYMCOMM_DTYPE_NONE,
+            ranks: 0,
         }
     }
 

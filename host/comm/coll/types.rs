@@ -231,6 +231,16 @@ impl<'a> BufferRef<'a> {
         }
     }
 
+    /// The same memory as plain device memory (a window's copy on this rank is that too): what
+    /// the phases of a collective across hosts hand to this host's communicator, which does not
+    /// own the window.
+    pub(in crate::comm) fn as_plain(&self) -> BufferRef<'a> {
+        BufferRef {
+            window: None,
+            ..*self
+        }
+    }
+
     /// Bytes in the buffer.
     pub fn bytes(&self) -> u64 {
         self.bytes
@@ -289,7 +299,7 @@ impl<T: DevicePlain> Window<T> {
         let raw = self.device_handle().raw();
         let off = (offset * size_of::<T>()) as u64;
         Ok(BufferRef {
-            addr: raw.base + u64::from(raw.rank) * raw.stride + off,
+            addr: self.mapping().copy_addr(raw.rank)? + off,
             bytes: (len * size_of::<T>()) as u64,
             window: Some((raw, off, Arc::as_ptr(self.communicator()) as usize)),
             buffer: None,

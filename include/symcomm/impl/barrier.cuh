@@ -55,8 +55,10 @@ SYMCOMM_DEVICE Status barrier_at(Group g, const DevComm& comm, uint32_t index, u
     // Orders the group's earlier writes before the release stores (bar.sync, then a cumulative
     // release by the storing thread).
     g.sync();
+    // A peer on another host gets its word through the proxy (a failure is recorded, and every
+    // wait below then returns it).
     for (uint32_t p = g.thread_rank(); p < comm.nranks; p += g.size()) {
-        st_release<S>(detail::signal_word(comm, p, comm.rank, word), mine);
+        (void)detail::signal_store<S>(comm, p, word, mine);
     }
     Status s = Status::Ok;
     for (uint32_t p = g.thread_rank(); p < comm.nranks && s == Status::Ok; p += g.size()) {

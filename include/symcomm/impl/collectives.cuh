@@ -229,6 +229,8 @@ template <typename T>
 SYMCOMM_DEVICE uint32_t window_check(const DevComm& comm, const WindowSlice<T>& src, uint64_t sblocks,
                                      const WindowSlice<T>& dst, uint64_t dblocks, uint64_t count) {
     const uint32_t dt = uint32_t(TypeTraits<T>::dtype);
+    // Every peer is addressed by loads and stores: all must be on this host.
+    if (comm.ranks != 0 || src.window.raw.ranks != 0 || dst.window.raw.ranks != 0) return SYMCOMM_REFUSED_REMOTE;
     // Peers 0..comm.nranks-1 are addressed in both windows.
     if (src.nranks() != comm.nranks || dst.nranks() != comm.nranks) return SYMCOMM_REFUSED_PEER;
     if (!src.holds() || !dst.holds()) return SYMCOMM_REFUSED_ELEM_SIZE;

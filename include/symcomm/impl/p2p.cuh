@@ -22,9 +22,12 @@ SYMCOMM_DEVICE void group_copy(Group g, const T* from, T* to, uint64_t count) {
 
 /// Why a put or get of the first `count` elements of slice `win` in rank `peer`'s copy may not
 /// run (a SYMCOMM_REFUSED_* code; `range`, SRC_RANGE or DST_RANGE, for a range outside it), or 0.
+/// A peer on another host is refused (SYMCOMM_REFUSED_REMOTE) unless `remote_ok`.
 template <typename T>
-SYMCOMM_DEVICE uint32_t p2p_refusal(const WindowSlice<T>& win, uint32_t peer, uint64_t count, uint32_t range) {
+SYMCOMM_DEVICE uint32_t p2p_refusal(const WindowSlice<T>& win, uint32_t peer, uint64_t count, uint32_t range,
+                                    bool remote_ok = false) {
     if (peer >= win.nranks()) return SYMCOMM_REFUSED_PEER;
+    if (!remote_ok && !win.window.on_this_host(peer)) return SYMCOMM_REFUSED_REMOTE;
     if (!win.holds()) return SYMCOMM_REFUSED_ELEM_SIZE;
     if (!win.fits(count)) return range;
     return 0;
@@ -56,17 +59,30 @@ SYMCOMM_DEVICE Status put_with_signal(Group g, const DevComm& comm, const T* src
         if (g.thread_rank() == 0) detail::refuse_signal(Thread{}, comm, peer, word, SYMCOMM_OP_SIGNAL);
         return Status::InvalidArgument;
     }
-    const uint32_t why = detail::p2p_refusal(dst, peer, count, SYMCOMM_REFUSED_DST_RANGE);
+    const uint32_t why = detail::p2p_refusal(dst, peer, count, SYMCOMM_REFUSED_DST_RANGE, true);
     if (why != 0) {
         if (g.thread_rank() == 0) {
             record_error(Thread{}, comm, Status::InvalidArgument, comm.rank, SYMCOMM_OP_PUT, (uint64_t(why) << 32) | peer);
         }
         return Status::InvalidArgument;
     }
-    g.sync();  // the group's writes of `src` before the copy reads them
+    g.sync();  // the group's writes of `src` before the copy (or the proxy) reads them
+    if (!dst.window.on_this_host(peer)) {
+        // Through the proxy: one thread hands over the source and the destination in this rank's
+        // own copy; the peer's proxy writes its copy, then stores the signal.
+        Status s = Status::Ok;
+        if (g.thread_rank() == 0) {
+            ProxyOp op = detail::proxy_signal(SYMCOMM_PROXY_PUT, peer, word, value);
+            op.src = reinterpret_cast<uint64_t>(src);
+            op.dst = reinterpret_cast<uint64_t>(dst.local_ptr(0));
+            op.bytes = count * sizeof(T);
+            s = detail::proxy_post(Thread{}, comm, SYMCOMM_OP_PUT, op);
+        }
+        return group_status(g, s);
+    }
     detail::group_copy(g, src, dst.peer_ptr(peer, 0), count);
     g.sync();
-    if (g.thread_rank() == 0) detail::signal_store<Scope::Sys>(comm, peer, word, value);
+    if (g.thread_rank() == 0) (void)detail::signal_store<Scope::Sys>(comm, peer, word, value);
     return Status::Ok;
 }
 

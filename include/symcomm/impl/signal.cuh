@@ -7,8 +7,8 @@ namespace symcomm {
 namespace detail {
 
 /// Address of signal word `word` that rank `owner` reserves for writes from rank `from`; no range
-/// check (the library's own words: barriers, send/recv). Pre: owner, from < comm.nranks;
-/// word < comm.signal_words.
+/// check (the library's own words: barriers, send/recv). Pre: owner, from < comm.nranks; owner on
+/// this host (`!is_remote`); word < comm.signal_words.
 SYMCOMM_DEVICE uint64_t* signal_word(const DevComm& comm, uint32_t owner, uint32_t from, uint32_t word) {
     uint64_t addr = comm.signal_base + owner * comm.signal_stride +
                     (uint64_t(from) * comm.signal_words + word) * sizeof(uint64_t);
@@ -96,11 +96,68 @@ SYMCOMM_DEVICE Status poll_until(Thread t, const DevComm& comm, const uint64_t* 
 
 namespace detail {
 
+/// Whether rank `peer` runs on another host (its signal array is not mapped here).
+SYMCOMM_DEVICE bool is_remote(const DevComm& comm, uint32_t peer) {
+    return !on_this_host(comm.ranks, peer);
+}
+
+/// Hands one operation for rank `peer` on another host to this rank's proxy (the protocol at
+/// SYMCOMM_PROXY_SLOTS in abi.h) and waits until the proxy took it: on Ok the source of a PUT
+/// may be reused, and the peer's proxy will apply the operation after every earlier one of this
+/// rank to it. Called by one thread. Without a proxy (`comm.proxy` 0) records InvalidArgument
+/// (op `refused_op`: SYMCOMM_OP_PUT or SYMCOMM_OP_PROXY, detail SYMCOMM_REFUSED_REMOTE << 32 |
+/// peer) and returns it; a wait that fails records Timeout / Aborted (op SYMCOMM_OP_PROXY,
+/// detail the ticket).
+/// (A template only so that, out of line, it has one definition across translation units.)
+template <typename One>
+SYMCOMM_DEVICE_NOINLINE Status proxy_post(One t, const DevComm& comm, uint32_t refused_op, const ProxyOp& op) {
+    ProxyQueue* q = reinterpret_cast<ProxyQueue*>(comm.proxy);
+    if (q == nullptr) {
+        record_error(t, comm, Status::InvalidArgument, comm.rank, refused_op,
+                     (uint64_t(SYMCOMM_REFUSED_REMOTE) << 32) | op.peer);
+        return Status::InvalidArgument;
+    }
+    const uint64_t ticket = atomic_add_release<Scope::Gpu>(&q->next, 1);
+    ProxyOp* slot = reinterpret_cast<ProxyOp*>(q->ring) + ticket % SYMCOMM_PROXY_SLOTS;
+    const uint64_t* taken = reinterpret_cast<const uint64_t*>(q->taken);
+    // The slot is free once the proxy took the operation SYMCOMM_PROXY_SLOTS tickets earlier.
+    Status s = poll_ready(
+        t, comm, [&] { return ld_acquire<Scope::Sys>(taken) + SYMCOMM_PROXY_SLOTS > ticket; }, op.peer,
+        SYMCOMM_OP_PROXY, ticket);
+    if (s != Status::Ok) return s;
+    st_relaxed<Scope::Sys>(&slot->op, op.op);
+    st_relaxed<Scope::Sys>(&slot->peer, op.peer);
+    st_relaxed<Scope::Sys>(&slot->word, op.word);
+    st_relaxed<Scope::Sys>(&slot->reserved, 0u);
+    st_relaxed<Scope::Sys>(&slot->value, op.value);
+    st_relaxed<Scope::Sys>(&slot->src, op.src);
+    st_relaxed<Scope::Sys>(&slot->dst, op.dst);
+    st_relaxed<Scope::Sys>(&slot->bytes, op.bytes);
+    st_release<Scope::Sys>(&slot->ticket, ticket + 1);
+    return poll_ready(
+        t, comm, [&] { return ld_acquire<Scope::Sys>(taken) > ticket; }, op.peer, SYMCOMM_OP_PROXY, ticket);
+}
+
+/// A signal operation (SYMCOMM_PROXY_SIGNAL_SET or _ADD) for the proxy.
+SYMCOMM_DEVICE ProxyOp proxy_signal(uint32_t code, uint32_t peer, uint32_t word, uint64_t value) {
+    ProxyOp op{};
+    op.op = code;
+    op.peer = peer;
+    op.word = word;
+    op.value = value;
+    return op;
+}
+
 /// Release-stores `value` into the signal word `word` that `peer` reserves for this rank, with no
-/// range check (signal_set's store, also used for the library's own words).
+/// range check (signal_set's store, also used for the library's own words): a store on this
+/// host, through the proxy to a peer on another (proxy_post's statuses; a failure is recorded).
 template <Scope S>
-SYMCOMM_DEVICE void signal_store(const DevComm& comm, uint32_t peer, uint32_t word, uint64_t value) {
+SYMCOMM_DEVICE Status signal_store(const DevComm& comm, uint32_t peer, uint32_t word, uint64_t value) {
+    if (is_remote(comm, peer)) {
+        return proxy_post(Thread{}, comm, SYMCOMM_OP_PROXY, proxy_signal(SYMCOMM_PROXY_SIGNAL_SET, peer, word, value));
+    }
     st_release<S>(signal_word(comm, peer, comm.rank, word), value);
+    return Status::Ok;
 }
 
 /// Waits until the signal word `word` that this rank reserves for `peer` holds >= `value`, with no
@@ -131,14 +188,23 @@ SYMCOMM_DEVICE Status refuse_signal(Thread t, const DevComm& comm, uint32_t peer
 template <Scope S>
 SYMCOMM_DEVICE Status signal_set(Thread t, const DevComm& comm, uint32_t peer, uint32_t word, uint64_t value) {
     if (!detail::is_user_signal(comm, peer, word)) return detail::refuse_signal(t, comm, peer, word, SYMCOMM_OP_SIGNAL);
-    detail::signal_store<S>(comm, peer, word, value);
-    return Status::Ok;
+    return detail::signal_store<S>(comm, peer, word, value);
 }
 
 template <Scope S>
 SYMCOMM_DEVICE Status signal_add(Thread t, const DevComm& comm, uint32_t peer, uint32_t word, uint64_t delta,
                                  uint64_t* previous) {
     if (!detail::is_user_signal(comm, peer, word)) return detail::refuse_signal(t, comm, peer, word, SYMCOMM_OP_SIGNAL);
+    if (detail::is_remote(comm, peer)) {
+        // The peer's proxy adds; the previous value stays on the peer's host.
+        if (previous != nullptr) {
+            record_error(t, comm, Status::InvalidArgument, comm.rank, SYMCOMM_OP_PROXY,
+                         (uint64_t(SYMCOMM_REFUSED_REMOTE) << 32) | peer);
+            return Status::InvalidArgument;
+        }
+        return detail::proxy_post(t, comm, SYMCOMM_OP_PROXY,
+                                  detail::proxy_signal(SYMCOMM_PROXY_SIGNAL_ADD, peer, word, delta));
+    }
     const uint64_t old = atomic_add_release<S>(detail::signal_word(comm, peer, comm.rank, word), delta);
     if (previous != nullptr) *previous = old;
     return Status::Ok;

@@ -16,6 +16,11 @@ SYMCOMM_DEVICE T* WindowHandle<T>::peer_ptr(uint32_t peer, uint64_t index) const
 }
 
 template <typename T>
+SYMCOMM_DEVICE bool WindowHandle<T>::on_this_host(uint32_t peer) const {
+    return detail::on_this_host(raw.ranks, peer);
+}
+
+template <typename T>
 SYMCOMM_DEVICE T* WindowHandle<T>::local_ptr(uint64_t index) const {
     return peer_ptr(raw.rank, index);
 }

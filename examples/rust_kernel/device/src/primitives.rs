@@ -571,7 +571,9 @@ struct Coll {
     scope: CollScope,
 }
 
-#[inline(always)]
+// Not inlined: in a debug build, the eight instances inlined into `rk_collective` would make a
+// frame larger than the emulator's default fiber stack (64 KiB, SYMCOMM_EMU_STACK_BYTES).
+#[inline(never)]
 fn collective<T: Element>(comm: &DevComm, c: Coll) -> u64 {
     let src = WindowHandle::<T>::new(c.src).at(c.src_off);
     let dst = WindowHandle::<T>::new(c.dst).at(c.dst_off);

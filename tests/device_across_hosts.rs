@@ -1,0 +1,289 @@
+//! Device-initiated operations across hosts, on the emulator: ranks on simulated hosts (distinct
+//! `SYMCOMM_HOST_ID`s, UCX over TCP between them), kernels that signal and put to ranks of their
+//! own host with stores and to other hosts' ranks through the proxy — the same calls.
+//!
+//! - `put_ring_across_hosts`: a ring of `put_with_signal` (every hop local or remote by the
+//!   layout), a `signal_add` tally to every rank and a `barrier`, for each group kind, two
+//!   launches back to back, on 2 hosts x 1 rank, 2 x 2 interleaved and 3 hosts uneven; every
+//!   word checked bit for bit.
+//! - `remote_peers_are_refused`: `put` / `get` (loads and stores) and the device collectives
+//!   refuse a rank on another host with `SYMCOMM_REFUSED_REMOTE`, touching nothing; a
+//!   `signal_add` that asks for the remote previous value too; the host API refuses another
+//!   host's copy of a window.
+//! - `windows_in_host_collectives_across_hosts`: windows of a communicator spanning hosts in
+//!   the host collectives.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use symcomm::abi::{SYMCOMM_STATUS_INVALID_ARGUMENT, SYMCOMM_STATUS_OK};
+use symcomm::{
+    Buffer, CommOptions, Communicator, DEVICE_IMAGE, DataType, Device, Error, KernelArgs,
+    LaunchConfig, RedOp,
+};
+
+const GROUP_THREAD: u32 = 0;
+const GROUP_WARP: u32 = 1;
+const GROUP_CTA: u32 = 2;
+
+fn options() -> CommOptions {
+    CommOptions::default().with_device_timeout(Duration::from_secs(20))
+}
+
+/// Runs `body` on ranks placed on `hosts` (emulator), panicking with the first failure.
+fn on_hosts<T: Send>(hosts: &[&str], body: impl Fn(Arc<Communicator>) -> T + Sync) -> Vec<T> {
+    support::try_with_ranks_on_hosts(Device::Emu, hosts, &options(), |c| Ok(body(c)))
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// One launch of `symcomm_test_put_ring` on this rank; returns [status, wrong, rounds] and
+/// how long the launch took.
+fn put_ring(
+    comm: &Communicator,
+    group: u32,
+    threads: u32,
+    rounds: u32,
+    words: u32,
+    state: &Buffer,
+    win: &symcomm::Window<u32>,
+) -> ([u32; 3], Duration) {
+    let kernel = comm
+        .load_kernel(&DEVICE_IMAGE, "symcomm_test_put_ring")
+        .unwrap();
+    let stream = comm.create_stream().unwrap();
+    let result = Buffer::new(comm.backend(), 12).unwrap();
+    let args = KernelArgs::new()
+        .arg(&comm.device_handle().unwrap())
+        .arg(&win.device_handle().raw())
+        .arg(&rounds)
+        .arg(&words)
+        .arg(&group)
+        .arg(&state.addr())
+        .arg(&result.addr());
+    let start = Instant::now();
+    // SAFETY: the kernel takes (DevComm, WindowHandleRaw, u32, u32, u32, u64*, u32*); the window
+    // holds 2 * words u32 per rank, `state` 1 u64 and `result` 3 u32; all outlive the launch,
+    // which is waited for below.
+    unsafe { comm.launch(&stream, &kernel, LaunchConfig::linear(1, threads), &args) }.unwrap();
+    stream.synchronize().unwrap();
+    let took = start.elapsed();
+    let mut out = [0u32; 3];
+    result.read(0, &mut out).unwrap();
+    (out, took)
+}
+
+/// The ring on `hosts`, for every group kind, two launches each.
+fn ring_on(hosts: &[&str]) {
+    const ROUNDS: u32 = 5;
+    const WORDS: u32 = 37;
+    let n = hosts.len();
+    let results = on_hosts(hosts, |comm| {
+        let win = comm.alloc_window::<u32>(2 * WORDS as usize).unwrap();
+        let state = Buffer::new(comm.backend(), 8).unwrap();
+        let mut out = Vec::new();
+        for (group, threads) in [(GROUP_THREAD, 1), (GROUP_WARP, 32), (GROUP_CTA, 64)] {
+            for launch in 0..2 {
+                let (r, took) = put_ring(&comm, group, threads, ROUNDS, WORDS, &state, &win);
+                comm.check_error()
+                    .unwrap_or_else(|e| panic!("group {group} launch {launch}: {e}"));
+                out.push((group, launch, r, took));
+            }
+        }
+        out
+    });
+    for (rank, runs) in results.iter().enumerate() {
+        for &(group, launch, r, took) in runs {
+            assert_eq!(
+                r,
+                [SYMCOMM_STATUS_OK, 0, ROUNDS],
+                "hosts {hosts:?}: rank {rank}, group {group}, launch {launch}: [status, wrong, rounds]"
+            );
+            if rank == 0 && launch == 1 {
+                println!(
+                    "put ring on {n} ranks {hosts:?}, group {group}: {:.0} us per round (emulator)",
+                    took.as_secs_f64() * 1e6 / f64::from(ROUNDS)
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn put_ring_across_hosts() {
+    ring_on(&["h0", "h1"]);
+    ring_on(&["h0", "h1", "h0", "h1"]);
+    ring_on(&["h0", "h0", "h1", "h2"]);
+}
+
+/// `symcomm_test_peer_op` with `op` on `peer`: the status it returned.
+fn peer_op(comm: &Communicator, win: &symcomm::Window<u32>, peer: u32, op: u32) -> u32 {
+    let kernel = comm
+        .load_kernel(&DEVICE_IMAGE, "symcomm_test_peer_op")
+        .unwrap();
+    let stream = comm.create_stream().unwrap();
+    let result = Buffer::new(comm.backend(), 4).unwrap();
+    let args = KernelArgs::new()
+        .arg(&comm.device_handle().unwrap())
+        .arg(&win.device_handle().raw())
+        .arg(&peer)
+        .arg(&op)
+        .arg(&result.addr());
+    // SAFETY: the kernel takes (DevComm, WindowHandleRaw, u32, u32, u32*); the window holds at
+    // least nranks u32; everything outlives the launch, waited for below.
+    unsafe { comm.launch(&stream, &kernel, LaunchConfig::linear(1, 32), &args) }.unwrap();
+    stream.synchronize().unwrap();
+    let mut out = [0u32; 1];
+    result.read(0, &mut out).unwrap();
+    out[0]
+}
+
+/// What one rank of `remote_peers_are_refused` saw (statuses of device operations, host calls).
+struct Answers {
+    put_remote: u32,
+    get_remote: u32,
+    put_local: u32,
+    clean: symcomm::Result<()>,
+    write_remote: symcomm::Result<()>,
+    read_local: symcomm::Result<u32>,
+    pws: u32,
+    after_pws: symcomm::Result<()>,
+    coll: u32,
+    recorded: symcomm::Result<()>,
+    previous: u32,
+}
+
+#[test]
+fn remote_peers_are_refused() {
+    const PUT: u32 = 0;
+    const GET: u32 = 1;
+    const PUT_WITH_SIGNAL: u32 = 2;
+    const SIGNAL_ADD_PREVIOUS: u32 = 4;
+    const ALL_REDUCE: u32 = 5;
+    let results = on_hosts(&["h0", "h0", "h1"], |comm| {
+        let rank = comm.rank();
+        let win = comm.alloc_window::<u32>(8).unwrap();
+        win.write(0, &[rank + 1; 8]).unwrap();
+        let remote = if rank == 2 { 0 } else { 2 };
+        let local = if rank == 2 { 2 } else { 1 - rank };
+        // Loads and stores: refused for the remote rank, done for the local one; nothing
+        // recorded (put and get have no communicator to record in).
+        let put_remote = peer_op(&comm, &win, remote, PUT);
+        let get_remote = peer_op(&comm, &win, remote, GET);
+        let put_local = peer_op(&comm, &win, local, PUT);
+        comm.barrier().unwrap();
+        let clean = comm.check_error();
+        // The host API: another host's copy is not mapped here.
+        let write_remote = win.write_rank(remote, 0, &[7]);
+        let read_local = {
+            let mut v = [0u32; 1];
+            win.read_rank(local, 0, &mut v).map(|()| v[0])
+        };
+        // put_with_signal to a remote rank with a range outside the window is refused before
+        // the proxy: here it is in range, so it goes through (rank 2 waits for nobody).
+        let pws = peer_op(&comm, &win, remote, PUT_WITH_SIGNAL);
+        comm.barrier().unwrap();
+        let after_pws = comm.check_error();
+        // A collective of the device library on a communicator spanning hosts: every rank
+        // refuses it (and records it).
+        let coll = peer_op(&comm, &win, remote, ALL_REDUCE);
+        let recorded = comm.check_error();
+        let previous = peer_op(&comm, &win, remote, SIGNAL_ADD_PREVIOUS);
+        Answers {
+            put_remote,
+            get_remote,
+            put_local,
+            clean,
+            write_remote,
+            read_local,
+            pws,
+            after_pws,
+            coll,
+            recorded,
+            previous,
+        }
+    });
+    for (rank, r) in results.into_iter().enumerate() {
+        let Answers {
+            put_remote,
+            get_remote,
+            put_local,
+            clean,
+            write_remote,
+            read_local,
+            pws,
+            after_pws,
+            coll,
+            recorded,
+            previous,
+        } = r;
+        assert_eq!(
+            put_remote, SYMCOMM_STATUS_INVALID_ARGUMENT,
+            "rank {rank}: put to another host"
+        );
+        assert_eq!(
+            get_remote, SYMCOMM_STATUS_INVALID_ARGUMENT,
+            "rank {rank}: get from another host"
+        );
+        assert_eq!(
+            put_local, SYMCOMM_STATUS_OK,
+            "rank {rank}: put on this host"
+        );
+        clean.unwrap_or_else(|e| panic!("rank {rank}: after put/get: {e}"));
+        let msg = write_remote.unwrap_err().to_string();
+        assert!(msg.contains("another host"), "rank {rank}: {msg}");
+        read_local.unwrap_or_else(|e| panic!("rank {rank}: read a local copy: {e}"));
+        assert_eq!(
+            pws, SYMCOMM_STATUS_OK,
+            "rank {rank}: put_with_signal to another host"
+        );
+        after_pws.unwrap_or_else(|e| panic!("rank {rank}: after put_with_signal: {e}"));
+        assert_eq!(
+            coll, SYMCOMM_STATUS_INVALID_ARGUMENT,
+            "rank {rank}: device all-reduce"
+        );
+        match recorded {
+            Err(Error::InvalidArgument(m)) => {
+                assert!(
+                    m.contains("another host") && m.contains("all_reduce"),
+                    "rank {rank}: {m}"
+                )
+            }
+            other => panic!("rank {rank}: device all-reduce across hosts: {other:?}"),
+        }
+        assert_eq!(
+            previous, SYMCOMM_STATUS_INVALID_ARGUMENT,
+            "rank {rank}: signal_add with previous"
+        );
+    }
+}
+
+#[test]
+fn windows_in_host_collectives_across_hosts() {
+    const COUNT: usize = 1001;
+    let results = on_hosts(&["h0", "h1", "h0", "h1"], |comm| {
+        let rank = comm.rank();
+        let send = comm.alloc_window::<i32>(COUNT).unwrap();
+        let recv = comm.alloc_window::<i32>(COUNT).unwrap();
+        let input: Vec<i32> = (0..COUNT as i32).map(|i| i * 3 + rank as i32).collect();
+        send.write(0, &input).unwrap();
+        let stream = comm.create_stream().unwrap();
+        comm.all_reduce(&send, &recv, COUNT, DataType::I32, RedOp::Sum, &stream)
+            .unwrap();
+        // In place, in the receive window.
+        comm.all_reduce(&recv, &recv, COUNT, DataType::I32, RedOp::Sum, &stream)
+            .unwrap();
+        stream.synchronize().unwrap();
+        recv.to_vec().unwrap()
+    });
+    // Sum over 4 ranks of (3i + r), then times 4.
+    let want: Vec<i32> = (0..COUNT as i32).map(|i| (12 * i + 6) * 4).collect();
+    for (rank, got) in results.iter().enumerate() {
+        let wrong = got.iter().zip(&want).filter(|(g, w)| g != w).count();
+        assert_eq!(wrong, 0, "rank {rank}: #wrong");
+    }
+}
