@@ -19,17 +19,14 @@
 mod support;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use support::ring::{GROUP_CTA, GROUP_THREAD, GROUP_WARP, put_ring};
 use symcomm::abi::{SYMCOMM_STATUS_INVALID_ARGUMENT, SYMCOMM_STATUS_OK};
 use symcomm::{
     Buffer, CommOptions, Communicator, DEVICE_IMAGE, DataType, Device, Error, KernelArgs,
     LaunchConfig, RedOp,
 };
-
-const GROUP_THREAD: u32 = 0;
-const GROUP_WARP: u32 = 1;
-const GROUP_CTA: u32 = 2;
 
 fn options() -> CommOptions {
     CommOptions::default().with_device_timeout(Duration::from_secs(20))
@@ -39,42 +36,6 @@ fn options() -> CommOptions {
 fn on_hosts<T: Send>(hosts: &[&str], body: impl Fn(Arc<Communicator>) -> T + Sync) -> Vec<T> {
     support::try_with_ranks_on_hosts(Device::Emu, hosts, &options(), |c| Ok(body(c)))
         .unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// One launch of `symcomm_test_put_ring` on this rank; returns [status, wrong, rounds] and
-/// how long the launch took.
-fn put_ring(
-    comm: &Communicator,
-    group: u32,
-    threads: u32,
-    rounds: u32,
-    words: u32,
-    state: &Buffer,
-    win: &symcomm::Window<u32>,
-) -> ([u32; 3], Duration) {
-    let kernel = comm
-        .load_kernel(&DEVICE_IMAGE, "symcomm_test_put_ring")
-        .unwrap();
-    let stream = comm.create_stream().unwrap();
-    let result = Buffer::new(comm.backend(), 12).unwrap();
-    let args = KernelArgs::new()
-        .arg(&comm.device_handle().unwrap())
-        .arg(&win.device_handle().raw())
-        .arg(&rounds)
-        .arg(&words)
-        .arg(&group)
-        .arg(&state.addr())
-        .arg(&result.addr());
-    let start = Instant::now();
-    // SAFETY: the kernel takes (DevComm, WindowHandleRaw, u32, u32, u32, u64*, u32*); the window
-    // holds 2 * words u32 per rank, `state` 1 u64 and `result` 3 u32; all outlive the launch,
-    // which is waited for below.
-    unsafe { comm.launch(&stream, &kernel, LaunchConfig::linear(1, threads), &args) }.unwrap();
-    stream.synchronize().unwrap();
-    let took = start.elapsed();
-    let mut out = [0u32; 3];
-    result.read(0, &mut out).unwrap();
-    (out, took)
 }
 
 /// The ring on `hosts`, for every group kind, two launches each.
@@ -88,7 +49,8 @@ fn ring_on(hosts: &[&str]) {
         let mut out = Vec::new();
         for (group, threads) in [(GROUP_THREAD, 1), (GROUP_WARP, 32), (GROUP_CTA, 64)] {
             for launch in 0..2 {
-                let (r, took) = put_ring(&comm, group, threads, ROUNDS, WORDS, &state, &win);
+                let (r, took) = put_ring(&comm, group, threads, ROUNDS, WORDS, &state, &win)
+                    .unwrap_or_else(|e| panic!("group {group} launch {launch}: {e}"));
                 comm.check_error()
                     .unwrap_or_else(|e| panic!("group {group} launch {launch}: {e}"));
                 out.push((group, launch, r, took));

@@ -24,8 +24,8 @@
 //!
 //! One file a concept: `loader.rs` (opening the libraries, the symbol lists, mapping results to
 //! errors), `probe.rs`, `nvrtc.rs`, `device.rs` (the primary context), `module.rs` (modules and
-//! kernels), `stream.rs` (streams, events, graphs), `memory.rs` (device buffers)
-//! and `vmm.rs` (symmetric mappings, pinned host memory).
+//! kernels), `stream.rs` (streams, events, graphs), `memory.rs` (device buffers),
+//! `vmm.rs` (symmetric mappings, pinned host memory) and `proxy.rs` (the proxy's copies).
 //!
 //! [`Error::NoDriver`]: crate::Error::NoDriver
 //! [`Error::Nvrtc`]: crate::Error::Nvrtc
@@ -37,6 +37,7 @@ mod memory;
 mod module;
 mod nvrtc;
 mod probe;
+mod proxy;
 mod stream;
 mod vmm;
 
@@ -45,6 +46,7 @@ pub use memory::DeviceBuffer;
 pub use module::{CudaFunction, CudaModule};
 pub use nvrtc::nvrtc_version;
 pub use probe::{CudaInfo, GpuInfo, driver_present, mps_enabled, probe};
+pub(crate) use proxy::ProxyCopies;
 pub use stream::{Event, Graph, Stream};
 pub use vmm::{HostMapped, VmmRange, VmmSegment, gpu_uuid};
 

@@ -6,11 +6,13 @@
 //!   [`crate::stream::Stream`], its events and graphs.
 //! - [`memory`]: window copies (`memfd`s mapped in the flat layout), a communicator's control
 //!   words and ordinary buffers, under `crate::comm::memory` and [`crate::Buffer`].
+//! - [`proxy`]: the proxy's copies (`crate::comm::proxy`).
 //! - `team` (tests and the `testing` feature only): [`EmuTeam`], N ranks of one process without
 //!   a communicator, and [`launch`], the raw blocking launch of an embedded kernel.
 
 pub(crate) mod kernel;
 pub(crate) mod memory;
+pub(crate) mod proxy;
 pub(crate) mod queue;
 // Test fixtures: the `testing` feature exports them (`crate::testing::emu`); without it only
 // this crate's unit tests use them.

@@ -77,8 +77,8 @@ pub(super) struct Hosts {
     calls: Mutex<Calls>,
     /// Bytes this rank has sent to other hosts (collectives and send/recv).
     sent_bytes: AtomicU64,
-    /// What carries kernels' signals to other hosts (emulator only, see `proxy.rs`).
-    proxy: Option<Proxy>,
+    /// What carries kernels' signals to other hosts (`proxy.rs`).
+    proxy: Proxy,
 }
 
 /// Starts this rank's proxy, with UCX endpoints of its own to the ranks of other hosts
@@ -112,20 +112,15 @@ impl Communicator {
     /// Lets this rank's proxy write its copy of `mapping` (`bytes` per rank), if it has one.
     pub(super) fn proxy_region(&self, mapping: &FlatMapping, bytes: u64) -> Result<()> {
         match self.hosts.get() {
-            Some(Ok(h)) => match &h.proxy {
-                Some(p) => p.add_region(mapping, self.rank, bytes),
-                None => Ok(()),
-            },
+            Some(Ok(h)) => h.proxy.add_region(mapping, self.rank, bytes),
             _ => Ok(()),
         }
     }
 
     /// Forgets allocation `id` in this rank's proxy (its window is gone).
     pub(super) fn forget_region(&self, id: u64) {
-        if let Some(Ok(h)) = self.hosts.get()
-            && let Some(p) = &h.proxy
-        {
-            p.remove_region(id);
+        if let Some(Ok(h)) = self.hosts.get() {
+            h.proxy.remove_region(id);
         }
     }
 }
@@ -404,11 +399,7 @@ impl Hosts {
             .map(|&r| ucx.connect(r, &addresses[r as usize]))
             .collect::<Result<Vec<()>>>();
         comm.agree(Tag::Ucx, "connecting UCX endpoints", connected)?;
-        let proxy = if comm.backend().is_emu() {
-            Some(start_proxy(comm, remote)?)
-        } else {
-            None
-        };
+        let proxy = start_proxy(comm, remote)?;
         tracing::info!(
             target: "symcomm::hosts",
             "rank {}: {} hosts, this one has ranks {:?}; {}",
@@ -435,9 +426,9 @@ impl Hosts {
         })
     }
 
-    /// Device address of this rank's proxy queue (`DevComm::proxy`), 0 without a proxy.
+    /// Device address of this rank's proxy queue (`DevComm::proxy`).
     pub(super) fn proxy_addr(&self) -> u64 {
-        self.proxy.as_ref().map_or(0, Proxy::addr)
+        self.proxy.addr()
     }
 
     /// The host that holds `rank`, and its index there.

@@ -302,7 +302,7 @@ const _: () = assert!(ERROR_OFFSET + size_of::<ErrorRecord>() <= 64);
 
 impl ControlBlock {
     pub(crate) fn new(backend: &Backend) -> Result<Self> {
-        let memory = backend.make(|d| HostMapped::new(d, 64), || Ok(HeapBlock::new()))?;
+        let memory = backend.make(|d| HostMapped::new(d, 64), || Ok(HeapBlock::new(64)))?;
         Ok(ControlBlock {
             host: on_backend!(&memory, m => m.host_ptr()),
             device: on_backend!(&memory, m => m.device_ptr()),

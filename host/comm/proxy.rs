@@ -14,10 +14,14 @@
 //! turns the destination address in its own copy into (window, offset), the receiving one back
 //! into an address in its own copy, after checking the range.
 //!
-//! The proxy reads and writes device memory directly, which the emulator's device memory allows
-//! (it is host memory). On a GPU none runs yet (`DevComm::proxy` is 0, so the device refuses
-//! operations on other hosts' ranks with `SYMCOMM_REFUSED_REMOTE`): that needs the ring in
-//! host-mapped memory and copies staged through pinned memory.
+//! The ring and the count of operations taken lie in host memory the device maps (pinned memory
+//! on a GPU), the ticket counter in device memory. The proxy reaches device memory through
+//! [`ProxyCopies`]: on a GPU, copies on a non-blocking stream of its own and
+//! `cuStreamWriteValue64` for the signal word (ordered after the data); on the emulator, plain
+//! copies and an atomic store. Every signal word a rank of another host writes here is written
+//! by this proxy alone (words are never reset, and only their sender writes them), so the proxy
+//! keeps each one's value and turns an add into a store of the new value: no atomic
+//! read-modify-write on device memory from the host is needed.
 //!
 //! Failures (a peer's proxy lost, a message naming an unknown window) are recorded in this
 //! rank's error record (op `SYMCOMM_OP_PROXY`) and raise its abort flag, so that every wait of
@@ -35,16 +39,20 @@ use symcomm_device::abi::{
 };
 
 use super::memory::{ControlBlock, FlatMapping};
+use crate::backend::cuda::{HostMapped, ProxyCopies as CudaCopies};
+use crate::backend::emu::memory::HeapBlock;
+use crate::backend::emu::proxy::ProxyCopies as EmuCopies;
+use crate::backend::{PerBackend, on_backend};
 use crate::stream::Buffer;
 use crate::ucx::{Outbox, Ucx};
 use crate::{Error, Result};
 
 /// Bytes of a message's header: op, word (u32 each), window, offset, value, bytes (u64 each).
 const HEADER: usize = 40;
-/// Where the count of taken operations lies in the queue's memory (its own cache line).
-const TAKEN_OFFSET: usize = 64;
-/// Where the ring starts in the queue's memory.
-const RING_OFFSET: usize = 128;
+/// Where the count of taken operations lies in the host memory of the ring (its own cache line).
+const TAKEN_OFFSET: usize = 0;
+/// Where the ring starts in its host memory.
+const RING_OFFSET: usize = 64;
 /// How long the proxy keeps polling without pause after its last operation; then it sleeps
 /// [`IDLE_SLEEP`] between polls (the latency of the first operation after a quiet spell).
 const BUSY_SPELL: Duration = Duration::from_millis(2);
@@ -70,19 +78,25 @@ impl Shared {
     }
 }
 
-/// This rank's proxy: the queue kernels write (device memory) and the thread that serves it.
+/// Host memory the device maps: mapped pinned memory on a GPU, heap memory on the emulator.
+type Mapped = PerBackend<HostMapped, HeapBlock>;
+
+/// This rank's proxy: the queue kernels write and the thread that serves it.
 pub(super) struct Proxy {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
-    /// The ProxyQueue, the taken count and the ring; freed after the thread stopped.
+    /// The ProxyQueue (device memory); freed after the thread stopped.
     queue: Buffer,
+    /// The taken count and the ring; freed after the thread stopped. `None` once handed to
+    /// `crate::sync_free` by the drop.
+    ring: Option<Mapped>,
 }
 
-/// Where the proxy thread finds its rank's memory (device addresses, which on the emulator are
-/// host addresses).
+/// Where the proxy thread finds its rank's memory.
 struct Memory {
-    queue: u64,
-    /// This rank's signal array.
+    /// Host address of the taken count and the ring.
+    ring: u64,
+    /// Device address of this rank's signal array.
     signals: u64,
 }
 
@@ -97,18 +111,15 @@ impl Proxy {
         block: Arc<ControlBlock>,
         backend: &crate::backend::Backend,
     ) -> Result<Proxy> {
-        if !backend.is_emu() {
-            return Err(Error::Unsupported(
-                "the proxy runs on the emulator only".to_owned(),
-            ));
-        }
-        let ring_bytes = SYMCOMM_PROXY_SLOTS as usize * size_of::<ProxyOp>();
-        let queue = Buffer::new(backend, RING_OFFSET + ring_bytes)?;
-        let base = queue.addr();
+        let bytes = RING_OFFSET + SYMCOMM_PROXY_SLOTS as usize * size_of::<ProxyOp>();
+        let ring = backend.make(|d| HostMapped::new(d, bytes), || Ok(HeapBlock::new(bytes)))?;
+        let (host, device) = on_backend!(&ring, m => (m.host_ptr() as u64, m.device_ptr()));
+        let copies = backend.make(|d| d.proxy_copies(), || Ok(EmuCopies))?;
+        let queue = Buffer::new(backend, size_of::<ProxyQueue>())?;
         let head = ProxyQueue {
             next: 0,
-            ring: base + RING_OFFSET as u64,
-            taken: base + TAKEN_OFFSET as u64,
+            ring: device + RING_OFFSET as u64,
+            taken: device + TAKEN_OFFSET as u64,
         };
         queue.write(0, &[head.next, head.ring, head.taken])?;
         let shared = Arc::new(Shared {
@@ -116,7 +127,7 @@ impl Proxy {
             regions: Mutex::new(Vec::new()),
         });
         let memory = Memory {
-            queue: base,
+            ring: host,
             signals: signals.copy_addr(rank)?,
         };
         let mut worker = Worker {
@@ -124,8 +135,10 @@ impl Proxy {
             rank,
             sent: vec![0; remote.len()],
             received: vec![0; remote.len()],
+            values: vec![0; remote.len() * SYMCOMM_SIGNAL_WORDS as usize],
             remote,
             memory,
+            copies,
             block,
             shared: Arc::clone(&shared),
             outbox: Outbox::default(),
@@ -139,6 +152,7 @@ impl Proxy {
             shared,
             thread: Some(thread),
             queue,
+            ring: Some(ring),
         })
     }
 
@@ -171,6 +185,11 @@ impl Drop for Proxy {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        // cuMemFreeHost synchronizes the GPU: only while no symcomm stream has work in flight
+        // (as the control block's memory).
+        if let Some(ring) = self.ring.take() {
+            crate::sync_free::release(Box::new(move || drop(ring)));
+        }
     }
 }
 
@@ -183,7 +202,11 @@ struct Worker {
     remote: Vec<u32>,
     sent: Vec<u64>,
     received: Vec<u64>,
+    /// Per rank of another host (in `remote`'s order), the value of each of its signal words
+    /// here: only this proxy writes them.
+    values: Vec<u64>,
     memory: Memory,
+    copies: PerBackend<CudaCopies, EmuCopies>,
     block: Arc<ControlBlock>,
     shared: Arc<Shared>,
     outbox: Outbox,
@@ -226,7 +249,7 @@ impl Worker {
                 .try_recv(peer, self.received[i], "proxy", deadline)?
             {
                 self.received[i] += 1;
-                self.apply(peer, &msg);
+                self.apply(i, &msg)?;
                 active = true;
             }
         }
@@ -234,17 +257,16 @@ impl Worker {
     }
 
     fn taken_word(&self) -> &AtomicU64 {
-        // SAFETY: the taken count is an 8-aligned word of the queue's memory, which the Proxy
-        // frees only after this thread stopped; kernels read it with atomic loads.
-        unsafe { AtomicU64::from_ptr((self.memory.queue + TAKEN_OFFSET as u64) as *mut u64) }
+        // SAFETY: the taken count is an 8-aligned word of the ring's host memory, which the
+        // Proxy frees only after this thread stopped; kernels read it with atomic loads.
+        unsafe { AtomicU64::from_ptr((self.memory.ring + TAKEN_OFFSET as u64) as *mut u64) }
     }
 
     /// The ring's next operation, once its kernel thread published it.
     fn next_op(&self) -> Option<ProxyOp> {
-        let slot = (self.memory.queue + RING_OFFSET as u64)
+        let slot = (self.memory.ring + RING_OFFSET as u64)
             + (self.taken % u64::from(SYMCOMM_PROXY_SLOTS)) * size_of::<ProxyOp>() as u64;
-        // SAFETY: `slot` is a ProxyOp of the ring (inside the queue's memory, alive while this
-        // thread runs); its `ticket` is written by kernels with a release store, read here
+        // SAFETY: `slot` is a ProxyOp of the ring (host memory, alive while this thread runs); its `ticket` is written by kernels with a release store, read here
         // with an acquire load, after which the other fields (written before it) are stable
         // until this thread advances `taken`.
         unsafe {
@@ -262,7 +284,7 @@ impl Worker {
             self.refuse(op.peer, op.ticket);
             return Ok(());
         };
-        let (window, offset, data) = if op.op == SYMCOMM_PROXY_PUT {
+        let (window, offset, len) = if op.op == SYMCOMM_PROXY_PUT {
             let found = self
                 .shared
                 .regions()
@@ -275,42 +297,53 @@ impl Worker {
                 self.refuse(op.peer, op.ticket);
                 return Ok(());
             };
-            let len = usize::try_from(op.bytes).unwrap_or(usize::MAX);
-            // SAFETY: the kernel handed over `bytes` bytes at `src` and waits until `taken` passes
-            // this operation before it may reuse them; on the emulator device memory is host
-            // memory.
-            let data = unsafe { std::slice::from_raw_parts(op.src as *const u8, len) };
-            (r.id, op.dst - r.base, data)
+            (r.id, op.dst - r.base, op.bytes as usize)
         } else {
-            (0, 0, &[][..])
+            (0, 0, 0)
         };
-        let mut msg = Vec::with_capacity(HEADER + data.len());
+        let mut msg = Vec::with_capacity(HEADER + len);
         msg.extend_from_slice(&op.op.to_le_bytes());
         msg.extend_from_slice(&op.word.to_le_bytes());
         msg.extend_from_slice(&window.to_le_bytes());
         msg.extend_from_slice(&offset.to_le_bytes());
         msg.extend_from_slice(&op.value.to_le_bytes());
-        msg.extend_from_slice(&(data.len() as u64).to_le_bytes());
-        msg.extend_from_slice(data);
+        msg.extend_from_slice(&(len as u64).to_le_bytes());
+        msg.resize(HEADER + len, 0);
+        // SAFETY: the kernel handed over `bytes` bytes of device memory at `src` and waits
+        // until `taken` passes this operation before it may reuse or free them.
+        let read = on_backend!(&self.copies, c => unsafe { c.read(op.src, &mut msg[HEADER..]) });
+        if let Err(e) = read {
+            tracing::error!(
+                target: "symcomm::proxy",
+                "rank {}: the proxy could not read a put's source: {e}",
+                self.rank
+            );
+            self.refuse(op.peer, op.ticket);
+            return Ok(());
+        }
         let tag = self.sent[i];
         self.sent[i] += 1;
         self.ucx
             .post_send(&mut self.outbox, op.peer, tag, msg, "proxy")
     }
 
-    /// Applies a message from `peer`'s proxy to this rank's memory.
-    fn apply(&self, peer: u32, msg: &[u8]) {
+    /// Applies a message from rank `self.remote[i]`'s proxy to this rank's memory. An error:
+    /// the device memory could not be written (the proxy stops).
+    fn apply(&mut self, i: usize, msg: &[u8]) -> Result<()> {
+        let peer = self.remote[i];
         let word = |at: usize| u64::from_le_bytes(msg[at..at + 8].try_into().unwrap_or_default());
         let half = |at: usize| u32::from_le_bytes(msg[at..at + 4].try_into().unwrap_or_default());
         if msg.len() < HEADER || msg.len() - HEADER != word(32) as usize {
-            return self.refuse(peer, 0);
+            self.refuse(peer, 0);
+            return Ok(());
         }
         let (op, sig, window, offset, value) = (half(0), half(4), word(8), word(16), word(24));
         let data = &msg[HEADER..];
         if sig >= SYMCOMM_SIGNAL_WORDS {
-            return self.refuse(peer, u64::from(sig));
+            self.refuse(peer, u64::from(sig));
+            return Ok(());
         }
-        if op == SYMCOMM_PROXY_PUT {
+        let dst = if op == SYMCOMM_PROXY_PUT {
             let region = self
                 .shared
                 .regions()
@@ -319,34 +352,37 @@ impl Worker {
                 .copied();
             let len = data.len() as u64;
             match region {
-                Some(r) if len <= r.bytes && offset <= r.bytes - len => {
-                    // SAFETY: [offset, offset + len) lies inside this rank's copy of the window
-                    // (checked above), mapped while the region is registered; what kernels read
-                    // there concurrently is the program's race, as with a put on one host.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            data.as_ptr(),
-                            (r.base + offset) as *mut u8,
-                            data.len(),
-                        );
-                    }
+                Some(r) if len <= r.bytes && offset <= r.bytes - len => r.base + offset,
+                _ => {
+                    self.refuse(peer, window);
+                    return Ok(());
                 }
-                _ => return self.refuse(peer, window),
             }
-        }
-        let addr = self.memory.signals
+        } else {
+            0
+        };
+        let slot = i * SYMCOMM_SIGNAL_WORDS as usize + sig as usize;
+        let new = match op {
+            SYMCOMM_PROXY_SIGNAL_ADD => self.values[slot].wrapping_add(value),
+            SYMCOMM_PROXY_SIGNAL_SET | SYMCOMM_PROXY_PUT => value,
+            _ => {
+                self.refuse(peer, u64::from(op));
+                return Ok(());
+            }
+        };
+        self.values[slot] = new;
+        let signal = self.memory.signals
             + (u64::from(peer) * u64::from(SYMCOMM_SIGNAL_WORDS) + u64::from(sig)) * 8;
-        // SAFETY: the word `sig` that this rank reserves for `peer` in its own signal array
-        // (peer < nranks: it is one of the connected ranks; sig checked above); kernels access
-        // it with atomics only.
-        let signal = unsafe { AtomicU64::from_ptr(addr as *mut u64) };
-        match op {
-            SYMCOMM_PROXY_SIGNAL_ADD => {
-                signal.fetch_add(value, Ordering::Release);
-            }
-            SYMCOMM_PROXY_SIGNAL_SET | SYMCOMM_PROXY_PUT => signal.store(value, Ordering::Release),
-            _ => self.refuse(peer, u64::from(op)),
-        }
+        let data = if op == SYMCOMM_PROXY_PUT {
+            data
+        } else {
+            &[][..]
+        };
+        // SAFETY: [dst, dst + data.len()) lies inside this rank's copy of the window (checked
+        // above), mapped while the region is registered; `signal` is the word `sig` that this
+        // rank reserves for `peer` in its own signal array (peer < nranks: one of the connected
+        // ranks; sig checked above), which kernels access with atomics only.
+        on_backend!(&self.copies, c => unsafe { c.write_and_signal(dst, data, signal, new) })
     }
 
     /// Records an operation the proxy cannot carry out (InvalidArgument, op SYMCOMM_OP_PROXY).

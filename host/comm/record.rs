@@ -66,8 +66,8 @@ pub(crate) fn describe_record(rec: &ErrorRecord) -> String {
             rec.peer
         ),
         a::SYMCOMM_OP_PROXY if invalid && hi == a::SYMCOMM_REFUSED_REMOTE => format!(
-            "a signal to rank {lo} on another host: no proxy runs here (GPUs: not yet), or \
-             signal_add asked for the previous value, which stays on that host"
+            "a signal to rank {lo} on another host: signal_add asked for the previous value, \
+             which stays on that host (or no proxy runs here)"
         ),
         a::SYMCOMM_OP_PROXY if invalid => format!(
             "the proxy could not carry out an operation with rank {} (detail {:#x}: a \

@@ -19,8 +19,8 @@
 // Ranks on other hosts (communicators across hosts): their copies are not mapped here, so put and
 // get refuse them (InvalidArgument, reason SYMCOMM_REFUSED_REMOTE); put_with_signal reaches them
 // through this rank's proxy (signal.cuh, signal_set), which sends the data and then the signal, so
-// the peer's wait sees both as with a put on one host — at network cost, and on the emulator only
-// today (without a proxy it is refused the same way).
+// the peer's wait sees both as with a put on one host — at network cost (`src` must then be global
+// memory: the proxy reads it with a copy, on a GPU over PCIe).
 #pragma once
 
 #include <symcomm/group.cuh>

@@ -73,7 +73,7 @@ SYMCOMM_DEVICE Status poll_until(Thread t, const DevComm& comm, const uint64_t* 
 /// A peer on another host (communicators across hosts): the store goes through this rank's proxy
 /// (DevComm::proxy, abi.h at SYMCOMM_PROXY_SLOTS), which applies it on the peer's host with the
 /// same ordering, at network cost (tens of microseconds); the call returns once the proxy has
-/// taken it (a bounded wait for a free ring slot). Without a proxy (on a GPU today) it returns
+/// taken it (a bounded wait for a free ring slot). Without a proxy (DevComm::proxy 0) it returns
 /// InvalidArgument, recorded (op SYMCOMM_OP_PROXY, detail `peer | SYMCOMM_REFUSED_REMOTE << 32`).
 template <Scope S = Scope::Sys>
 SYMCOMM_DEVICE Status signal_set(Thread t, const DevComm& comm, uint32_t peer, uint32_t word, uint64_t value);

@@ -173,6 +173,7 @@ pub(crate) fn comm_checks(report: &mut Report, device: symcomm::Device, count: u
             comm_lanes_check(device, n, count, 4),
         );
     }
+    hosts_checks(report, device);
     if device != symcomm::Device::Emu {
         report.record("comm_mixed_devices", comm_mixed_devices_check(device));
         report.record("occupancy_model", occupancy_model_check(device));

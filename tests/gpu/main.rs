@@ -39,6 +39,10 @@
 //!   and, as references, a device-to-device copy of 256 MB (`cuMemcpyDtoDAsync`) and the
 //!   library's own copy loop (a 1-rank broadcast).
 //!
+//! - `hosts_put_ring`, `hosts_all_reduce` (also with `--emu`): 4 ranks as threads on two
+//!   simulated hosts (UCX over loopback between them; the bundle carries libucp): the put ring
+//!   through the proxy, and a host all-reduce across the hosts, bit-exact (tests/gpu/hosts.rs).
+//!
 //! - `perf_fused_rmsnorm`: the fused all-reduce + residual + RMSNorm kernel against the unfused
 //!   pair (host all-reduce, then `symcomm_residual_rmsnorm_bf16`), bf16, hidden 8192, 1..128
 //!   tokens, 4 ranks as threads through the communicator; both results compared bit for bit.
@@ -59,6 +63,7 @@ mod emu;
 mod faults;
 mod fused;
 mod harness;
+mod hosts;
 mod matrix;
 mod perf;
 mod ping_pong;
@@ -70,6 +75,7 @@ use emu::*;
 use faults::*;
 use fused::*;
 use harness::*;
+use hosts::*;
 use matrix::*;
 use perf::*;
 use ping_pong::*;

@@ -3,7 +3,7 @@
 //! `values` (the collectives' value model), `cases` (one built-in collective call on a team of
 //! ranks, GPU or emulator, and its bit-exact check), `procs` (ranks as processes, fault runs), `flood`
 //! (the bootstrap port flood), `leaks` (init/destroy cycles and the counts they must keep),
-//! `rmsnorm` (the fused RMSNorm kernels' parameter).
+//! `rmsnorm` (the fused RMSNorm kernels' parameter), `ring` (the put ring across hosts).
 
 // Each test crate that includes this module uses only part of it (comm.rs and comm_procs.rs the
 // blocking all-reduce, emu_collectives.rs and coll.rs the value model, emu_faults.rs the kinds,
@@ -15,6 +15,7 @@ pub(crate) mod flood;
 pub(crate) mod leaks;
 pub(crate) mod netns;
 pub(crate) mod procs;
+pub(crate) mod ring;
 pub(crate) mod rmsnorm;
 pub(crate) mod values;
 

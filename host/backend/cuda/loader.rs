@@ -39,6 +39,9 @@ pub(super) const DRIVER_SYMBOLS: &[&str] = &[
     "cuMemcpyHtoD_v2",
     "cuMemcpyDtoH_v2",
     "cuMemcpyDtoDAsync_v2",
+    "cuMemcpyDtoHAsync_v2",
+    "cuMemcpyHtoDAsync_v2",
+    "cuStreamWriteValue64_v2",
     "cuMemsetD8Async",
     "cuStreamCreate",
     "cuStreamDestroy_v2",
@@ -314,6 +317,7 @@ mod tests {
         ("cuda/module.rs", include_str!("module.rs")),
         ("cuda/nvrtc.rs", include_str!("nvrtc.rs")),
         ("cuda/probe.rs", include_str!("probe.rs")),
+        ("cuda/proxy.rs", include_str!("proxy.rs")),
         ("cuda/stream.rs", include_str!("stream.rs")),
         ("cuda/vmm.rs", include_str!("vmm.rs")),
     ];

@@ -60,7 +60,7 @@ impl CudaDevice {
 /// [`CudaDevice::wrap_stream`] (never destroyed here).
 #[derive(Debug)]
 pub struct Stream {
-    ctx: Arc<Context>,
+    pub(super) ctx: Arc<Context>,
     pub(super) stream: dsys::CUstream,
     /// Whether this value created the stream and so destroys it on drop.
     owned: bool,

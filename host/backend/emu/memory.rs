@@ -171,22 +171,25 @@ impl Drop for MemfdRange {
     }
 }
 
-/// A communicator's control words on the emulator: 64 zeroed bytes of heap memory, which
-/// emulated kernels address directly (CUDA's is mapped pinned memory). Freed on drop, after an
-/// [`emulated_context_sync`](crate::sync_free::emulated_context_sync).
+/// Host memory the device addresses (CUDA's is mapped pinned memory), zeroed and 8-aligned: a
+/// communicator's control words, a proxy's ring. On the emulator kernels address it directly.
+/// Freed on drop, after an [`emulated_context_sync`](crate::sync_free::emulated_context_sync).
 pub(crate) struct HeapBlock {
     host: *mut u8,
-    _mem: Box<[u64; 8]>,
+    _mem: Box<[u64]>,
 }
 
 // SAFETY: the pointer is to the heap memory owned by `_mem`, which moves with the value; the
-// block's users access it through atomics or after kernels finished (`ControlBlock`).
+// block's users access it through atomics or after kernels finished (`ControlBlock`, `Proxy`).
 unsafe impl Send for HeapBlock {}
+// SAFETY: `&self` methods only hand out the pointer; every access through it is atomic or
+// ordered by its users, as for Send.
+unsafe impl Sync for HeapBlock {}
 
 impl HeapBlock {
-    /// 64 zeroed bytes, 8-aligned.
-    pub(crate) fn new() -> Self {
-        let mut mem = Box::new([0u64; 8]);
+    /// `bytes` zeroed bytes (rounded up to whole 8-byte words), 8-aligned.
+    pub(crate) fn new(bytes: usize) -> Self {
+        let mut mem = vec![0u64; bytes.div_ceil(8)].into_boxed_slice();
         let host = mem.as_mut_ptr().cast::<u8>();
         HeapBlock { host, _mem: mem }
     }

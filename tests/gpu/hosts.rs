@@ -1,0 +1,103 @@
+//! Across hosts on one machine: ranks as threads with two simulated host ids (distinct
+//! `SYMCOMM_HOST_ID`s, UCX over the machine's loopback between them), so that the paths between
+//! hosts run on this device — the proxy that carries kernels' signals and puts to another host's
+//! ranks (on a GPU: its ring in mapped pinned memory, its copies and `cuStreamWriteValue64` on a
+//! stream of its own), and the host collectives' staging between hosts.
+
+use super::*;
+
+use support::ring::{GROUP_CTA, GROUP_THREAD, GROUP_WARP, put_ring};
+
+/// Ranks 0 and 2 on one host, 1 and 3 on the other: every ring hop crosses hosts.
+const HOSTS: [&str; 4] = ["gpu-check-a", "gpu-check-b", "gpu-check-a", "gpu-check-b"];
+
+/// The checks across hosts, on `device`.
+pub(crate) fn hosts_checks(report: &mut Report, device: symcomm::Device) {
+    report.record("hosts_put_ring", hosts_put_ring_check(device));
+    report.record("hosts_all_reduce", hosts_all_reduce_check(device));
+}
+
+fn on_hosts<T: Send>(
+    device: symcomm::Device,
+    body: impl Fn(&symcomm::Communicator) -> Result<T, String> + Sync,
+) -> Result<Vec<T>, String> {
+    let options = symcomm::CommOptions::default().with_device_timeout(TIMEOUT);
+    support::try_with_ranks_on_hosts(device, &HOSTS, &options, |comm| body(&comm))
+}
+
+/// The put ring (`put_with_signal` to the next rank, a `signal_add` tally to every rank and a
+/// `barrier` per round) for each group kind, two launches back to back (signal values continue
+/// across launches); every word checked. Figures: microseconds per round.
+fn hosts_put_ring_check(device: symcomm::Device) -> Outcome {
+    const ROUNDS: u32 = 20;
+    const WORDS: u32 = 1000;
+    let groups = [(GROUP_THREAD, 1u32), (GROUP_WARP, 32), (GROUP_CTA, 256)];
+    let per_rank = on_hosts(device, |comm| {
+        let win = comm.alloc_window::<u32>(2 * WORDS as usize).map_err(err)?;
+        let state = symcomm::Buffer::new(comm.backend(), 8).map_err(err)?;
+        let mut per_round = Vec::new();
+        for (group, threads) in groups {
+            for launch in 0..2 {
+                let (r, took) = put_ring(comm, group, threads, ROUNDS, WORDS, &state, &win)?;
+                comm.check_error()
+                    .map_err(|e| format!("group {group} launch {launch}: {e}"))?;
+                if r != [SYMCOMM_STATUS_OK, 0, ROUNDS] {
+                    return Err(format!(
+                        "group {group} launch {launch}: [status, wrong, rounds] {r:?}"
+                    ));
+                }
+                if launch == 1 {
+                    per_round.push(took.as_secs_f64() * 1e6 / f64::from(ROUNDS));
+                }
+            }
+        }
+        Ok(per_round)
+    })?;
+    let us = &per_rank[0];
+    Ok((
+        format!(
+            "4 ranks on 2 hosts, {ROUNDS} rounds of {WORDS} u32: {:.0} / {:.0} / {:.0} us per round \
+             (thread / warp / CTA)",
+            us[0], us[1], us[2]
+        ),
+        json!({"us_per_round": {"thread": us[0], "warp": us[1], "cta": us[2]}}),
+    ))
+}
+
+/// A host all-reduce (i32 sum, odd count) across the two hosts, out of place and in place, on
+/// device buffers; bit-exact.
+fn hosts_all_reduce_check(device: symcomm::Device) -> Outcome {
+    const COUNT: usize = 100_003;
+    let per_rank = on_hosts(device, |comm| {
+        let rank = comm.rank() as i32;
+        let send = symcomm::Buffer::new(comm.backend(), COUNT * 4).map_err(err)?;
+        let recv = symcomm::Buffer::new(comm.backend(), COUNT * 4).map_err(err)?;
+        let input: Vec<i32> = (0..COUNT as i32).map(|i| (i % 1009) * 3 + rank).collect();
+        send.write(0, &input).map_err(err)?;
+        let stream = comm.create_stream().map_err(err)?;
+        let (i32t, sum) = (symcomm::DataType::I32, symcomm::RedOp::Sum);
+        let t = Instant::now();
+        comm.all_reduce(&send, &recv, COUNT, i32t, sum, &stream)
+            .map_err(err)?;
+        comm.all_reduce(&recv, &recv, COUNT, i32t, sum, &stream)
+            .map_err(err)?;
+        stream.synchronize().map_err(err)?;
+        let took = t.elapsed();
+        let mut got = vec![0i32; COUNT];
+        recv.read(0, &mut got).map_err(err)?;
+        // Sum over 4 ranks of (3v + r) is 12v + 6; the in-place call multiplies by 4.
+        let wrong = (0..COUNT)
+            .filter(|&i| got[i] != (12 * (i as i32 % 1009) + 6) * 4)
+            .count();
+        Ok((wrong, took))
+    })?;
+    let wrong: usize = per_rank.iter().map(|(w, _)| w).sum();
+    if wrong != 0 {
+        return Err(format!("#wrong {wrong} over the 4 ranks"));
+    }
+    let ms = per_rank[0].1.as_secs_f64() * 1e3 / 2.0;
+    Ok((
+        format!("4 ranks on 2 hosts, {COUNT} i32: #wrong 0, {ms:.2} ms per call"),
+        json!({"ms_per_call": ms}),
+    ))
+}
