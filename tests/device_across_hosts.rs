@@ -12,6 +12,8 @@
 //!   host's copy of a window.
 //! - `windows_in_host_collectives_across_hosts`: windows of a communicator spanning hosts in
 //!   the host collectives.
+//! - `a_kernel_waiting_for_a_lost_host_returns_promptly`: a kernel waiting for a signal from a
+//!   rank of another host that aborts returns Aborted at once, not at its deadline.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -248,4 +250,46 @@ fn windows_in_host_collectives_across_hosts() {
         let wrong = got.iter().zip(&want).filter(|(g, w)| g != w).count();
         assert_eq!(wrong, 0, "rank {rank}: #wrong");
     }
+}
+
+/// A host lost while a kernel waits for its signal: rank 0 (host h0) aborts instead of joining
+/// the ring, and rank 1's kernel, waiting for rank 0's proxied signal with a 30 s deadline,
+/// returns Aborted as soon as the loss is known (the abort flag), and `check_error` names rank 0.
+#[test]
+fn a_kernel_waiting_for_a_lost_host_returns_promptly() {
+    const DEADLINE: Duration = Duration::from_secs(30);
+    const BEFORE_ABORT: Duration = Duration::from_millis(300);
+    let opts = CommOptions::default().with_device_timeout(DEADLINE);
+    let results = support::try_with_ranks_on_hosts(Device::Emu, &["h0", "h1"], &opts, |comm| {
+        let e = |e: Error| e.to_string();
+        let win = comm.alloc_window::<u32>(8).map_err(e)?;
+        let state = Buffer::new(comm.backend(), 8).map_err(e)?;
+        comm.barrier().map_err(e)?;
+        if comm.rank() == 0 {
+            std::thread::sleep(BEFORE_ABORT);
+            comm.abort();
+            return Ok(None);
+        }
+        let (r, took) = put_ring(&comm, GROUP_CTA, 32, 1, 4, &state, &win)?;
+        Ok(Some((r, took, comm.check_error())))
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let (r, took, checked) = results[1].as_ref().expect("rank 1's outcome");
+    assert_eq!(
+        r[0],
+        symcomm::abi::SYMCOMM_STATUS_ABORTED,
+        "[status, wrong, rounds] {r:?}"
+    );
+    assert!(
+        *took < DEADLINE / 3,
+        "the waiting kernel returned after {took:?} (deadline {DEADLINE:?})"
+    );
+    match checked {
+        Err(Error::PeerLost { rank: 0, .. }) => {}
+        other => panic!("check_error on rank 1: {other:?}"),
+    }
+    println!(
+        "kernel waiting for a lost host: returned {:.0} ms after the abort",
+        (took.saturating_sub(BEFORE_ABORT)).as_secs_f64() * 1e3
+    );
 }
