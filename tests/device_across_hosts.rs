@@ -1,4 +1,4 @@
-//! Device-initiated operations across hosts, on the emulator: ranks on simulated hosts (distinct
+//! Device-initiated operations across hosts, and host calls' limits there, on the emulator: ranks on simulated hosts (distinct
 //! `SYMCOMM_HOST_ID`s, UCX over TCP between them), kernels that signal and put to ranks of their
 //! own host with stores and to other hosts' ranks through the proxy — the same calls.
 //!
@@ -14,6 +14,9 @@
 //!   the host collectives.
 //! - `a_kernel_waiting_for_a_lost_host_returns_promptly`: a kernel waiting for a signal from a
 //!   rank of another host that aborts returns Aborted at once, not at its deadline.
+//! - `capturing_a_call_across_hosts_is_refused_and_the_next_call_passes`: graph capture of a
+//!   collective or send/recv across hosts is `Unsupported`, captures nothing, and the
+//!   communicator stays usable.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -292,4 +295,48 @@ fn a_kernel_waiting_for_a_lost_host_returns_promptly() {
         "kernel waiting for a lost host: returned {:.0} ms after the abort",
         (took.saturating_sub(BEFORE_ABORT)).as_secs_f64() * 1e3
     );
+}
+
+/// A collective or send/recv across hosts on a capturing stream is refused with `Unsupported`
+/// (its inter-host phase runs on the calling thread), nothing is captured, and the next call
+/// outside the capture passes.
+#[test]
+fn capturing_a_call_across_hosts_is_refused_and_the_next_call_passes() {
+    const COUNT: usize = 257;
+    let results = on_hosts(&["h0", "h1"], |comm| {
+        let (rank, peer) = (comm.rank(), 1 - comm.rank());
+        let send = comm.alloc_window::<i32>(COUNT).unwrap();
+        let recv = comm.alloc_window::<i32>(COUNT).unwrap();
+        send.write(0, &vec![rank as i32 + 1; COUNT]).unwrap();
+        let stream = comm.create_stream().unwrap();
+        stream.begin_capture().unwrap();
+        let coll = comm.all_reduce(&send, &recv, COUNT, DataType::I32, RedOp::Sum, &stream);
+        let p2p = comm.group(&stream, |g| {
+            g.send(&send, COUNT, DataType::I32, peer)?;
+            g.recv(&recv, COUNT, DataType::I32, peer)
+        });
+        let captured = stream.end_capture().unwrap().is_empty();
+        comm.all_reduce(&send, &recv, COUNT, DataType::I32, RedOp::Sum, &stream)
+            .unwrap();
+        stream.synchronize().unwrap();
+        (coll, p2p, captured, recv.to_vec().unwrap())
+    });
+    for (rank, (coll, p2p, empty, got)) in results.into_iter().enumerate() {
+        for (what, r) in [("all_reduce", coll), ("send/recv", p2p)] {
+            match r {
+                Err(Error::Unsupported(m)) => {
+                    assert!(m.contains("captured"), "rank {rank}: {what}: {m}")
+                }
+                other => panic!("rank {rank}: {what} while capturing: {other:?}"),
+            }
+        }
+        assert!(
+            empty,
+            "rank {rank}: the refused calls left nodes in the graph"
+        );
+        assert!(
+            got.iter().all(|&v| v == 3),
+            "rank {rank}: all-reduce after the capture"
+        );
+    }
 }
