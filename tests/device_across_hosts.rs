@@ -1,6 +1,7 @@
-//! Device-initiated operations across hosts, and host calls' limits there, on the emulator: ranks on simulated hosts (distinct
-//! `SYMCOMM_HOST_ID`s, UCX over TCP between them), kernels that signal and put to ranks of their
-//! own host with stores and to other hosts' ranks through the proxy — the same calls.
+//! Device-initiated operations across hosts, and the limits of host calls there, on the
+//! emulator: ranks on simulated hosts (distinct `SYMCOMM_HOST_ID`s, UCX over TCP between them),
+//! kernels that signal and put to ranks of their own host with stores and to other hosts' ranks
+//! through the proxy — the same calls.
 //!
 //! - `put_ring_across_hosts`: a ring of `put_with_signal` (every hop local or remote by the
 //!   layout), a `signal_add` tally to every rank and a `barrier`, for each group kind, two
