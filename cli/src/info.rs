@@ -227,6 +227,11 @@ fn gpu_path(info: &UcxInfo) -> &'static str {
     }
 }
 
+/// What kernels reach on other hosts' ranks (the device API across hosts), two lines.
+const KERNELS_ACROSS_HOSTS: &str = "signal_set, signal_add, put_with_signal, barrier: through \
+     a proxy thread per rank (ring in mapped pinned memory)\n             put, get, the device \
+     collectives: within a host only";
+
 /// The "Between hosts" section: the UCX library communicators spanning hosts use.
 fn ucx_text(s: &mut String, ucx: &symcomm::Result<UcxInfo>) {
     let _ = writeln!(
@@ -238,6 +243,7 @@ fn ucx_text(s: &mut String, ucx: &symcomm::Result<UcxInfo>) {
             let _ = writeln!(s, "  ucx        {}", info.version);
             let _ = writeln!(s, "  transports {}", info.transports.join(", "));
             let _ = writeln!(s, "  GPU data   {}", gpu_path(info));
+            let _ = writeln!(s, "  kernels    {KERNELS_ACROSS_HOSTS}");
         }
         Err(e) => {
             let _ = writeln!(
@@ -256,6 +262,11 @@ fn ucx_json(ucx: &symcomm::Result<UcxInfo>) -> Value {
             "transports": info.transports,
             "cuda_memory": info.cuda_memory,
             "gpu_data": if info.cuda_memory { "staged (UCX CUDA-capable)" } else { "staged" },
+            "kernels": {
+                "proxied": ["signal_set", "signal_add", "put_with_signal", "barrier"],
+                "within_host": ["put", "get", "device collectives"],
+                "proxy_slots": symcomm::abi::SYMCOMM_PROXY_SLOTS,
+            },
         }),
         Err(e) => json!({ "available": false, "error": e.to_string() }),
     }
@@ -498,12 +509,18 @@ mod tests {
         assert!(s.contains("ucx        1.13.1"), "{s}");
         assert!(s.contains("transports tcp/lo, posix/memory"), "{s}");
         assert!(s.contains("built without CUDA"), "{s}");
+        assert!(
+            s.contains("kernels    signal_set, signal_add, put_with_signal"),
+            "{s}"
+        );
         let j = ucx_json(&Ok(UcxInfo {
             cuda_memory: true,
             ..info
         }));
         assert_eq!(j["cuda_memory"], json!(true));
         assert_eq!(j["transports"][1], json!("posix/memory"));
+        assert_eq!(j["kernels"]["proxied"][2], json!("put_with_signal"));
+        assert_eq!(j["kernels"]["proxy_slots"], json!(64));
         let missing = Err(symcomm::Error::Unsupported("no libucp".into()));
         let mut s = String::new();
         ucx_text(&mut s, &missing);
