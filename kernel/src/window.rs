@@ -12,7 +12,7 @@
 
 use core::marker::PhantomData;
 
-use crate::abi::{SYMCOMM_DTYPE_NONE, WindowHandleRaw};
+use crate::abi::{SYMCOMM_DTYPE_NONE, SYMCOMM_RANK_REMOTE, WindowHandleRaw};
 
 /// A window of elements of type `T`: the typed view of a [`WindowHandleRaw`]. Plain data.
 ///
@@ -77,6 +77,24 @@ impl<T> WindowHandle<T> {
     #[inline(always)]
     pub fn rank(&self) -> u32 {
         self.raw.rank
+    }
+
+    /// Whether rank `peer` runs on this host, so that its copy is mapped here and plain loads
+    /// and stores reach it ([`peer_ptr`](Self::peer_ptr), `put`, `get`). A rank of another host
+    /// (communicators across hosts) is reached with signals and `put_with_signal`, through the
+    /// proxy. False for `peer >= nranks()`.
+    #[inline(always)]
+    pub fn on_this_host(&self, peer: u32) -> bool {
+        if peer >= self.raw.nranks {
+            return false;
+        }
+        if self.raw.ranks == 0 {
+            return true;
+        }
+        let table = self.raw.ranks as usize as *const u32;
+        // SAFETY: a non-zero `ranks` is the host's table of `nranks` u32 entries (abi.h), alive
+        // while the window is; `peer < nranks` (checked above).
+        unsafe { *table.add(peer as usize) != SYMCOMM_RANK_REMOTE }
     }
 
     /// Whether elements of `T` may address the window: its element size is `size_of::<T>()`,
@@ -157,6 +175,12 @@ impl<T> WindowSlice<T> {
     #[inline(always)]
     pub fn nranks(&self) -> u32 {
         self.window.nranks()
+    }
+
+    /// [`WindowHandle::on_this_host`].
+    #[inline(always)]
+    pub fn on_this_host(&self, peer: u32) -> bool {
+        self.window.on_this_host(peer)
     }
 
     /// [`WindowHandle::holds`].

@@ -3,6 +3,7 @@
 //! semaphores, ordered memory operations, barriers, put / get, collectives, grid_sync and
 //! cta_part), each result checked exactly against a host reference; the failure paths
 //! (Timeout, Aborted, Mismatch, InvalidArgument) as typed `symcomm::Error`s from `check_error`;
+//! `on_this_host` and `put_with_signal` across simulated hosts (the proxy);
 //! and the example binary itself, with ranks as threads and as processes.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -40,6 +41,17 @@ fn with_ranks<R: Send>(
     opts: &CommOptions,
     f: impl Fn(&Communicator) -> R + Sync,
 ) -> Vec<R> {
+    with_ranks_on_hosts(&vec!["rk-host"; n as usize], opts, f)
+}
+
+/// [`with_ranks`] with rank `r` on simulated host `hosts[r]` (its `SYMCOMM_HOST_ID`: ranks with
+/// different ids are on different hosts, UCX between them).
+fn with_ranks_on_hosts<R: Send>(
+    hosts: &[&str],
+    opts: &CommOptions,
+    f: impl Fn(&Communicator) -> R + Sync,
+) -> Vec<R> {
+    let n = hosts.len() as u32;
     let id = UniqueId::new_on(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
     let done = Barrier::new(n as usize);
     thread::scope(|s| {
@@ -47,7 +59,8 @@ fn with_ranks<R: Send>(
             .map(|r| {
                 let (id, f, done) = (&id, &f, &done);
                 s.spawn(move || {
-                    let config = BootstrapConfig::new(id.clone(), r, n);
+                    let config =
+                        BootstrapConfig::new(id.clone(), r, n).with_host_id(hosts[r as usize]);
                     let comm = Communicator::init_with(&config, Device::Emu, opts).unwrap();
                     let out = f(&comm);
                     // No rank destroys its communicator while another still uses it.
@@ -1227,6 +1240,57 @@ fn the_example_passes_with_ranks_as_processes() {
         for (r, child) in children.into_iter().enumerate() {
             let out = child.wait_with_output().unwrap();
             check_example_output(&format!("{n} processes, rank {r}"), &out, 1);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Across hosts.
+
+/// `rk_hosts_ring` on ranks of simulated hosts h0, h1, h0 (UCX between them): `on_this_host`
+/// follows the hosts, and a `put_with_signal` ring from Rust reaches the next rank through the
+/// proxy when it is on another host, exactly; two launches (epochs 1, 2).
+#[test]
+fn on_this_host_and_put_with_signal_across_hosts() {
+    const COUNT: u32 = 37;
+    const WORD: u32 = 3;
+    let hosts = ["h0", "h1", "h0"];
+    let n = hosts.len() as u32;
+    let outs = with_ranks_on_hosts(&hosts, &options(Duration::from_secs(20)), |comm| {
+        let data = zeroed::<u32>(comm, 2 * COUNT as usize);
+        let s = comm.create_stream().unwrap();
+        let mut seen = Vec::new();
+        for epoch in 1..=2u64 {
+            let out = zeroed::<u64>(comm, n as usize + 3);
+            let args = KernelArgs::new()
+                .arg(&comm.device_handle().unwrap())
+                .arg(&data.device_handle())
+                .arg(&out.device_handle())
+                .arg(&COUNT)
+                .arg(&WORD)
+                .arg(&epoch);
+            launch(
+                comm,
+                &s,
+                "rk_hosts_ring",
+                LaunchConfig::linear(1, 64),
+                &args,
+            );
+            s.synchronize().unwrap();
+            seen.push(out.to_vec().unwrap());
+        }
+        comm.check_error().unwrap();
+        seen
+    });
+    for (r, seen) in outs.iter().enumerate() {
+        let here: Vec<u64> = hosts.iter().map(|h| u64::from(*h == hosts[r])).collect();
+        for (k, out) in seen.iter().enumerate() {
+            let mut want = here.clone();
+            want.extend([OK, OK, 0]);
+            assert_eq!(
+                out, &want,
+                "rank {r}, launch {k}: on_this_host, put, wait, #wrong"
+            );
         }
     }
 }

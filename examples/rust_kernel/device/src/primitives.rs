@@ -557,6 +557,71 @@ fn red_op(op: u32) -> RedOp {
     }
 }
 
+symcomm_kernel::kernel! {
+    /// Across hosts (one CTA): `out[p]` = whether rank p is on this host (`on_this_host`, p < n);
+    /// then one round of a ring of `put_with_signal` (through the proxy when the next rank is on
+    /// another host): the CTA stages `ring_value(rank, epoch, i)` (i < count) into this rank's
+    /// `data` at [count, 2 count), puts it into the next rank's [0, count) with signal `word` set
+    /// to `epoch`, and waits for the previous rank's signal; thread 0 then counts the elements of
+    /// [0, count) that differ from `ring_value(prev, epoch, i)`. out[n], out[n + 1], out[n + 2]:
+    /// the put's status, the wait's status, the wrong count.
+    pub fn rk_hosts_ring(
+        comm: DevComm,
+        data: WindowHandle<u32>,
+        out: WindowHandle<u64>,
+        count: u32,
+        word: u32,
+        epoch: u64,
+    ) {
+        let (rank, n) = (comm.rank, comm.nranks);
+        let (next, prev) = ((rank + 1) % n, (rank + n - 1) % n);
+        let t = linear_thread_index();
+        let c = u64::from(count);
+        if !data.fits(0, c, 2) || !out.fits(0, u64::from(n) + 3, 1) {
+            if t == 0 {
+                store(&out, 0, RK_BAD_ARGS);
+            }
+            return;
+        }
+        if t == 0 {
+            for p in 0..n {
+                store(&out, u64::from(p), u64::from(data.on_this_host(p)));
+            }
+        }
+        let mut i = t;
+        while i < count {
+            // SAFETY: element count + i < 2 count of this rank's copy (checked above); each
+            // element is written by one thread.
+            unsafe { *data.local_ptr(c + u64::from(i)) = ring_value(rank, epoch, i) };
+            i += Cta.size();
+        }
+        // SAFETY: the staged elements lie in this rank's copy (global memory), which the group
+        // synchronizes before the put reads them.
+        let put = unsafe {
+            put_with_signal(Cta, &comm, data.local_ptr(c), data.at(0), next, c, word, epoch)
+        };
+        let wait = if put.is_ok() {
+            signal_wait_until(Cta, &comm, Scope::Sys, prev, word, epoch)
+        } else {
+            put
+        };
+        if t == 0 {
+            let mut wrong = 0u64;
+            if wait.is_ok() {
+                for i in 0..count {
+                    // SAFETY: element i < count of this rank's copy, written by the previous
+                    // rank's put, acquired by the wait above.
+                    let v = unsafe { *data.local_ptr(u64::from(i)) };
+                    wrong += u64::from(v != ring_value(prev, epoch, i));
+                }
+            }
+            store(&out, u64::from(n), u64::from(put.code()));
+            store(&out, u64::from(n) + 1, u64::from(wait.code()));
+            store(&out, u64::from(n) + 2, wrong);
+        }
+    }
+}
+
 /// The arguments of one `rk_collective` call.
 #[derive(Clone, Copy)]
 struct Coll {
