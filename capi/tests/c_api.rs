@@ -245,6 +245,13 @@ fn collectives_with_ranks_as_processes() {
     run("collectives", &["procs", "3"]);
 }
 
+/// NCCL's API on a communicator across two (simulated) hosts: ranks 0 and 2 on one, 1 on the
+/// other (their own `SYMCOMM_HOST_ID`s), UCX between them; every check of the program bit-exact.
+#[test]
+fn collectives_across_two_hosts() {
+    run("collectives", &["hosts", "3"]);
+}
+
 #[test]
 fn collectives_with_ranks_as_threads() {
     run("collectives", &["threads", "4"]);

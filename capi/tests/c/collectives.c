@@ -7,6 +7,8 @@
  *   collectives single N   one thread drives N ranks: init in a group, grouped all-reduce and
  *                          send/recv ring over every rank; then ncclCommInitAll likewise
  *   collectives commid N   as procs, but each process makes the id itself (NCCL_COMM_ID set)
+ *   collectives hosts N    as procs, rank r on simulated host `capi-host-(r % 2)` (its
+ *                          SYMCOMM_HOST_ID): a communicator across two hosts, UCX between them
  *   collectives errors N   bad arguments on N ranks as threads: each returns its documented
  *                          code, ncclGetLastError says why, the next call works
  */
@@ -232,10 +234,16 @@ static int run_errors(ncclComm_t comm) {
 static int nranks;
 static int (*body)(ncclComm_t);
 static int own_id; /* each rank makes the id itself (NCCL_COMM_ID) */
+static int two_hosts; /* rank r on simulated host capi-host-(r % 2) */
 
 static int one_rank(int rank) {
   int failures = 0;
   if (own_id) CALL(rank, ncclGetUniqueId(&the_id));
+  if (two_hosts) {
+    char host[32];
+    snprintf(host, sizeof host, "capi-host-%d", rank % 2);
+    setenv("SYMCOMM_HOST_ID", host, 1); /* this rank's process only */
+  }
   ncclComm_t comm = NULL;
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 1;
@@ -321,13 +329,15 @@ static int single_thread(void) {
 }
 
 int main(int argc, char** argv) {
-  int started = start_program(argc, argv, "procs|commid|threads|single|errors", MAX_RANKS, &nranks, &the_id);
+  int started =
+      start_program(argc, argv, "procs|commid|hosts|threads|single|errors", MAX_RANKS, &nranks, &the_id);
   if (started) return started;
   const char* mode = argv[1];
   int failures;
   body = run_rank;
   if (!strcmp(mode, "procs")) failures = as_processes();
   else if (!strcmp(mode, "commid")) own_id = 1, failures = as_processes();
+  else if (!strcmp(mode, "hosts")) two_hosts = 1, failures = as_processes();
   else if (!strcmp(mode, "threads")) failures = as_threads();
   else if (!strcmp(mode, "single")) failures = single_thread();
   else if (!strcmp(mode, "errors")) body = run_errors, failures = as_threads();
