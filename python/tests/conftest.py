@@ -43,21 +43,24 @@ def run_threads(nranks, body):
     return results
 
 
-def launch(nranks, scenario, *args, env=None, script="workers.py"):
+def launch(nranks, scenario, *args, env=None, script="workers.py", hosts=None):
     """Runs ``script scenario args...`` (``workers.py`` by default) as ``nranks`` processes (the
     torchrun variables and a fresh SYMCOMM_ID, on the emulator); returns the
-    ``CompletedProcess`` of each rank."""
+    ``CompletedProcess`` of each rank. ``hosts``: rank r's simulated host (its SYMCOMM_HOST_ID,
+    and LOCAL_RANK / LOCAL_WORLD_SIZE within it); one host by default."""
     uid = str(symcomm.UniqueId())
+    hosts = hosts or ["py-host"] * nranks
     procs = []
     for r in range(nranks):
         e = dict(os.environ)
         e.update(
             SYMCOMM_ID=uid,
             SYMCOMM_DEVICE="emu",
+            SYMCOMM_HOST_ID=hosts[r],
             RANK=str(r),
             WORLD_SIZE=str(nranks),
-            LOCAL_RANK=str(r),
-            LOCAL_WORLD_SIZE=str(nranks),
+            LOCAL_RANK=str(hosts[:r].count(hosts[r])),
+            LOCAL_WORLD_SIZE=str(hosts.count(hosts[r])),
         )
         e.update(env or {})
         procs.append(

@@ -6,7 +6,17 @@ from conftest import launch
 def test_collectives_as_processes():
     runs = launch(3, "collectives", 1000)
     for r, p in enumerate(runs):
-        assert p.returncode == 0 and "#wrong=0" in p.stdout, f"rank {r}: {p.stdout}{p.stderr}"
+        ok = p.returncode == 0 and "#wrong=0 across one host" in p.stdout
+        assert ok, f"rank {r}: {p.stdout}{p.stderr}"
+
+
+def test_collectives_across_two_hosts():
+    # Ranks 0 and 2 on one simulated host, 1 on the other (UCX between them): a window all-reduce
+    # and an all-gather of host arrays across hosts.
+    runs = launch(3, "collectives", 1000, hosts=["py-a", "py-b", "py-a"])
+    for r, p in enumerate(runs):
+        ok = p.returncode == 0 and "#wrong=0 across hosts" in p.stdout
+        assert ok, f"rank {r}: {p.stdout}{p.stderr}"
 
 
 def test_a_killed_peer_raises_peer_lost_on_the_survivors():
