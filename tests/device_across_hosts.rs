@@ -123,6 +123,9 @@ struct Answers {
     coll: u32,
     recorded: symcomm::Result<()>,
     previous: u32,
+    /// put_with_signal from shared memory and from the stack to the remote rank, and from
+    /// shared memory to the local one.
+    sources: [u32; 3],
 }
 
 #[test]
@@ -132,6 +135,8 @@ fn remote_peers_are_refused() {
     const PUT_WITH_SIGNAL: u32 = 2;
     const SIGNAL_ADD_PREVIOUS: u32 = 4;
     const ALL_REDUCE: u32 = 5;
+    const PUT_WITH_SIGNAL_FROM_SHARED: u32 = 6;
+    const PUT_WITH_SIGNAL_FROM_STACK: u32 = 7;
     let results = on_hosts(&["h0", "h0", "h1"], |comm| {
         let rank = comm.rank();
         let win = comm.alloc_window::<u32>(8).unwrap();
@@ -161,6 +166,11 @@ fn remote_peers_are_refused() {
         let coll = peer_op(&comm, &win, remote, ALL_REDUCE);
         let recorded = comm.check_error();
         let previous = peer_op(&comm, &win, remote, SIGNAL_ADD_PREVIOUS);
+        // The proxy reads a put's source with a copy: global memory only, on the emulator as
+        // on a GPU; from shared memory to a rank of this host is a plain put.
+        let from_shared = peer_op(&comm, &win, remote, PUT_WITH_SIGNAL_FROM_SHARED);
+        let from_stack = peer_op(&comm, &win, remote, PUT_WITH_SIGNAL_FROM_STACK);
+        let shared_local = peer_op(&comm, &win, local, PUT_WITH_SIGNAL_FROM_SHARED);
         Answers {
             put_remote,
             get_remote,
@@ -173,6 +183,7 @@ fn remote_peers_are_refused() {
             coll,
             recorded,
             previous,
+            sources: [from_shared, from_stack, shared_local],
         }
     });
     for (rank, r) in results.into_iter().enumerate() {
@@ -188,6 +199,7 @@ fn remote_peers_are_refused() {
             coll,
             recorded,
             previous,
+            sources,
         } = r;
         assert_eq!(
             put_remote, SYMCOMM_STATUS_INVALID_ARGUMENT,
@@ -226,6 +238,13 @@ fn remote_peers_are_refused() {
         assert_eq!(
             previous, SYMCOMM_STATUS_INVALID_ARGUMENT,
             "rank {rank}: signal_add with previous"
+        );
+        let bad = SYMCOMM_STATUS_INVALID_ARGUMENT;
+        assert_eq!(
+            sources,
+            [bad, bad, SYMCOMM_STATUS_OK],
+            "rank {rank}: put_with_signal from shared memory / the stack to another host, from \
+             shared memory to this host"
         );
     }
 }

@@ -1009,6 +1009,22 @@ SYMCOMM_EMU_UNINSTRUMENTED void* symcomm_emu_shared_dynamic(void) {
     return f->cta->shared + SYMCOMM_EMU_MAX_STATIC_SHARED;
 }
 
+SYMCOMM_EMU_UNINSTRUMENTED int symcomm_emu_is_shared(const void* p) {
+    const Fiber* f = tls_fiber;
+    if (f == nullptr) return 0;
+    const Cta* c = f->cta;
+    const unsigned char* a = static_cast<const unsigned char*>(p);
+    return c->shared != nullptr && a >= c->shared && a < c->shared + c->shared_map_bytes;
+}
+
+SYMCOMM_EMU_UNINSTRUMENTED int symcomm_emu_is_local(const void* p) {
+    const Fiber* f = tls_fiber;
+    if (f == nullptr) return 0;
+    const unsigned char* a = static_cast<const unsigned char*>(p);
+    const unsigned char* lo = reinterpret_cast<const unsigned char*>(f->canary);
+    return a >= lo && a < lo + f->cta->stacks.stack_bytes;
+}
+
 uint64_t symcomm_emu_globaltimer_ns(void) {
     return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
                         std::chrono::steady_clock::now().time_since_epoch())

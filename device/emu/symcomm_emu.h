@@ -112,6 +112,10 @@ unsigned symcomm_emu_activemask(void);
 void* symcomm_emu_shared_static(const void* site, size_t bytes, size_t align);
 /// Per-CTA dynamic shared buffer (the launch's `shared_bytes`), 16-byte aligned.
 void* symcomm_emu_shared_dynamic(void);
+/// Whether `p` lies in the calling thread's CTA's shared memory (`__isShared`).
+int symcomm_emu_is_shared(const void* p);
+/// Whether `p` lies on the calling thread's own stack, CUDA's local memory (`__isLocal`).
+int symcomm_emu_is_local(const void* p);
 /// `%globaltimer`: nanoseconds of a steady clock.
 uint64_t symcomm_emu_globaltimer_ns(void);
 /// `__nanosleep` / spin-loop back-off: lets the other threads of the CTA run, and the other CTAs
@@ -150,6 +154,11 @@ inline int __syncthreads_and(int predicate) { return symcomm_emu_syncthreads(SYM
 inline int __syncthreads_or(int predicate) { return symcomm_emu_syncthreads(SYMCOMM_EMU_CTA_OR, predicate); }
 inline void __syncwarp(unsigned int mask = 0xffffffffu) { symcomm_emu_warp(SYMCOMM_EMU_WARP_SYNC, mask, 0, 0, 32); }
 inline void __nanosleep(unsigned int) { symcomm_emu_yield(); }
+// Address-space queries. Global: everything that is neither this CTA's shared memory nor this
+// thread's stack (the emulator's device memory is host memory).
+inline unsigned int __isShared(const void* p) { return symcomm_emu_is_shared(p) != 0; }
+inline unsigned int __isLocal(const void* p) { return symcomm_emu_is_local(p) != 0; }
+inline unsigned int __isGlobal(const void* p) { return !__isShared(p) && !__isLocal(p); }
 #define __trap() symcomm_emu_trap(__FILE__, __LINE__)
 // Fences are sequentially consistent C++ fences. ThreadSanitizer does not model stand-alone
 // fences, so the device library orders through acquire/release operations instead.

@@ -437,14 +437,17 @@ SYMCOMM_EMU_KERNEL(symcomm_test_put_ring)
 
 /// What a device operation answers on `peer` (one CTA, any block): `op` 0 put, 1 get, 2
 /// put_with_signal, 3 signal_set, 4 signal_add asking for the previous value, 5 a one-shot
-/// all-reduce of `win` (u32, at least `nranks` elements) — each of one element of `win`
-/// (signal word WORD_PUT_DATA). Result: [status].
+/// all-reduce of `win` (u32, at least `nranks` elements), 6 put_with_signal from shared memory,
+/// 7 from the thread's own stack (local memory) — each of one element of `win` (signal word
+/// WORD_PUT_DATA). Result: [status].
 extern "C" __global__ void symcomm_test_peer_op(DevComm comm, WindowHandleRaw raw, uint32_t peer, uint32_t op,
                                                 uint32_t* result) {
     const WindowHandle<uint32_t> win(raw);
     const Cta g;
     Status s = Status::Ok;
     uint64_t previous = 0;
+    SYMCOMM_SHARED(uint32_t, staged, 1);
+    const uint32_t on_stack = 7;
     switch (op) {
         case 0: s = put(g, win.local_ptr(0), win.at(0), peer, 1); break;
         case 1: s = get(g, win.at(0), peer, win.local_ptr(0), 1); break;
@@ -454,6 +457,13 @@ extern "C" __global__ void symcomm_test_peer_op(DevComm comm, WindowHandleRaw ra
             break;
         case 4:
             if (g.thread_rank() == 0) s = signal_add<Scope::Sys>(Thread{}, comm, peer, WORD_PUT_TALLY, 1, &previous);
+            break;
+        case 6:
+            if (g.thread_rank() == 0) staged[0] = 7;
+            s = put_with_signal(g, comm, &staged[0], win.at(0), peer, 1, WORD_PUT_DATA, 1);
+            break;
+        case 7:
+            if (g.thread_rank() == 0) s = put_with_signal(Thread{}, comm, &on_stack, win.at(0), peer, 1, WORD_PUT_DATA, 1);
             break;
         default: s = all_reduce_one_shot<RedOp::Sum>(g, comm, grid_scope(SYMCOMM_USER_BARRIER_FIRST), win.at(0), win.at(0), 1); break;
     }

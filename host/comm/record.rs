@@ -129,7 +129,11 @@ fn refusal(rec: &ErrorRecord, describe: &str) -> String {
         a::SYMCOMM_REFUSED_LL => "the communicator has no LL area, or the barrier index is past it",
         a::SYMCOMM_REFUSED_REMOTE => {
             "the peer is on another host, which loads and stores cannot reach (signals and \
-             put_with_signal go through the proxy, on the emulator; host collectives over UCX)"
+             put_with_signal go through the proxy; host collectives over UCX)"
+        }
+        a::SYMCOMM_REFUSED_SOURCE => {
+            "the source of a put_with_signal to another host is not global memory (the proxy \
+             reads it with a copy)"
         }
         _ => "a device-side precondition failed",
     };

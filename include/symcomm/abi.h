@@ -217,6 +217,9 @@ typedef unsigned long long uint64_t;
  *  collective of the device library, on a communicator whose ranks span several hosts; or a
  *  signal / put_with_signal to such a peer where no proxy runs (`DevComm::proxy` 0). */
 #define SYMCOMM_REFUSED_REMOTE 11u
+/** The source of a put_with_signal to a rank on another host is not global memory (the proxy
+ *  reads it with a copy: shared and local memory are out of its reach). */
+#define SYMCOMM_REFUSED_SOURCE 12u
 
 /* Collective kinds (CollArgs::kind; part of the fingerprint, so ranks must agree on the
  * algorithm too). */

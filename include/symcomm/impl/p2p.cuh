@@ -66,8 +66,18 @@ SYMCOMM_DEVICE Status put_with_signal(Group g, const DevComm& comm, const T* src
         }
         return Status::InvalidArgument;
     }
+    const bool remote = !dst.window.on_this_host(peer);
+    // The proxy reads `src` with a copy (on a GPU from global memory only): the same refusal on
+    // the emulator.
+    if (remote && count > 0 && !__isGlobal(src)) {
+        if (g.thread_rank() == 0) {
+            record_error(Thread{}, comm, Status::InvalidArgument, comm.rank, SYMCOMM_OP_PUT,
+                         (uint64_t(SYMCOMM_REFUSED_SOURCE) << 32) | peer);
+        }
+        return Status::InvalidArgument;
+    }
     g.sync();  // the group's writes of `src` before the copy (or the proxy) reads them
-    if (!dst.window.on_this_host(peer)) {
+    if (remote) {
         // Through the proxy: one thread hands over the source and the destination in this rank's
         // own copy; the peer's proxy writes its copy, then stores the signal.
         Status s = Status::Ok;
