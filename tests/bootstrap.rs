@@ -935,12 +935,9 @@ fn from_vars_names_the_bad_variable() {
 
 #[test]
 fn configs_from_launcher_variables_complete_a_rendezvous() {
-    let port = TcpListener::bind("127.0.0.1:0")
+    let port = symcomm::bootstrap::free_port(Ipv4Addr::LOCALHOST.into())
         .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let port = port.to_string();
+        .to_string();
     let configs: Vec<BootstrapConfig> = (0..3)
         .map(|r| {
             let rank = r.to_string();

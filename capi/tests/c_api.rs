@@ -261,11 +261,7 @@ fn collectives_with_ranks_as_threads() {
 /// handed from rank 0 to the others).
 #[test]
 fn nccl_comm_id_gives_every_process_the_same_id() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = symcomm::bootstrap::free_port(std::net::Ipv4Addr::LOCALHOST.into()).unwrap();
     let addr = format!("127.0.0.1:{port}");
     let secret = "5ca1ab1e".repeat(4);
     assert_runs(

@@ -61,7 +61,7 @@
 use std::ffi::OsString;
 use std::fmt;
 use std::io::{self, BufRead, BufReader, IsTerminal, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::mpsc;
@@ -351,15 +351,13 @@ impl Job {
     }
 }
 
-/// A fresh id rooted at `127.0.0.1` on a port that was free a moment ago.
+/// A fresh id rooted at `127.0.0.1` on a port that is free now and outside the kernel's
+/// ephemeral range ([`symcomm::bootstrap::free_port`]).
 ///
 /// Not [`UniqueId::new_on`]: that keeps the port's listening socket in *this* process for an
 /// in-process rank 0, and rank 0 here is a child that must bind the port itself.
 fn fresh_id() -> symcomm::Result<UniqueId> {
-    let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|listener| listener.local_addr())
-        .map_err(|source| symcomm::Error::io("finding a free port on 127.0.0.1", source))?
-        .port();
+    let port = symcomm::bootstrap::free_port(Ipv4Addr::LOCALHOST.into())?;
     UniqueId::from_parts(
         SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
         UniqueId::random_secret()?,

@@ -876,11 +876,8 @@ fn json_file_beside_the_table() {
 /// communicator that cannot be created testNcclError (3).
 #[test]
 fn failure_exit_codes() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
+    let port = symcomm::bootstrap::free_port(std::net::Ipv4Addr::LOCALHOST.into())
         .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
         .to_string();
     let launched = |env: &[(&str, &str)]| {
         let mut cmd = Command::new(SYMCOMM);

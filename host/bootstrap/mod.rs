@@ -86,7 +86,7 @@ pub use config::{
 };
 pub use id::UniqueId;
 pub(crate) use id::hex as hex_string;
-pub use net::host_identity;
+pub use net::{free_port, host_identity};
 
 use crate::{Error, Result};
 

@@ -142,6 +142,50 @@ pub fn host_identity() -> String {
     full.chars().take(super::wire::MAX_HOST_ID).collect()
 }
 
+/// A port on `ip` that is free now, for a root that another process will bind (a launcher's
+/// rank 0, a test's): chosen at random below the kernel's ephemeral range
+/// (`/proc/sys/net/ipv4/ip_local_port_range`), so that no port the kernel hands out by itself —
+/// to an outgoing connection or a bind to port 0 — can take it before rank 0 binds it. Only a
+/// program binding that very port in between still can; rank 0 then reports the port in use.
+/// Falls back to an ephemeral port where the range leaves no room below it.
+///
+/// # Errors
+/// [`Error::Io`] when no port on `ip` can be bound at all or the CSPRNG fails.
+pub fn free_port(ip: IpAddr) -> Result<u16> {
+    let low = ephemeral_floor();
+    if low >= FREE_PORT_FLOOR + 1024 {
+        let mut seed = [0u8; 8];
+        super::auth::fill_random(&mut seed)?;
+        let mut x = u64::from_le_bytes(seed) | 1;
+        for _ in 0..64 {
+            // xorshift64: a few dozen tries need no better generator.
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let port = FREE_PORT_FLOOR + (x % u64::from(low - FREE_PORT_FLOOR)) as u16;
+            if try_bind(SocketAddr::new(ip, port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
+    try_bind(SocketAddr::new(ip, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|source| Error::io(format!("finding a free port on {ip}"), source))
+}
+
+/// [`free_port`] draws from `FREE_PORT_FLOOR..` the ephemeral range's start (well above the ports
+/// services commonly use).
+const FREE_PORT_FLOOR: u16 = 20_000;
+
+/// The first port of the kernel's ephemeral range (Linux's default 32768 when unreadable).
+fn ephemeral_floor() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
+}
+
 /// Binds the root's listener on `addr` (`SO_REUSEADDR`, so a fixed port in `TIME_WAIT` from a
 /// previous run binds), retrying `EADDRINUSE` for up to `retry_for`.
 pub(crate) fn bind_listener(addr: SocketAddr, retry_for: Duration) -> Result<TcpListener> {
@@ -350,6 +394,26 @@ mod tests {
         let r = connect(port, None, t + Duration::from_millis(200));
         assert!(matches!(r, Err(ConnectError::Deadline(Some(_)))), "{r:?}");
         assert!(t.elapsed() < Duration::from_millis(600));
+    }
+
+    #[test]
+    fn free_ports_are_bindable_and_outside_the_ephemeral_range() {
+        let low = ephemeral_floor();
+        assert!(
+            low > FREE_PORT_FLOOR + 1024,
+            "this machine's range starts at {low}"
+        );
+        for _ in 0..20 {
+            let port = free_port(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+            assert!((FREE_PORT_FLOOR..low).contains(&port), "{port}");
+            assert!(
+                bind_listener(
+                    SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+                    Duration::ZERO
+                )
+                .is_ok()
+            );
+        }
     }
 
     #[test]

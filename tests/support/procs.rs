@@ -43,14 +43,12 @@ pub(crate) fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
         .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
 }
 
-/// A fresh root address with a secret, as `symcomm launch` makes it: a free port (bound, read
-/// and released here, since rank 0 is another process) and a random secret.
+/// A fresh root address with a secret, as `symcomm launch` makes it: a free port (not held here,
+/// since rank 0 is another process) and a random secret.
 pub(crate) fn fresh_id() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    UniqueId::from_parts(port, UniqueId::random_secret().unwrap())
+    let ip = std::net::Ipv4Addr::LOCALHOST;
+    let port = symcomm::bootstrap::free_port(ip.into()).unwrap();
+    UniqueId::from_parts((ip, port).into(), UniqueId::random_secret().unwrap())
         .unwrap()
         .to_string()
 }
