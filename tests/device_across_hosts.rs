@@ -187,46 +187,35 @@ fn remote_peers_are_refused() {
         }
     });
     for (rank, r) in results.into_iter().enumerate() {
-        let Answers {
-            put_remote,
-            get_remote,
-            put_local,
-            clean,
-            write_remote,
-            read_local,
-            pws,
-            after_pws,
-            coll,
-            recorded,
-            previous,
-            sources,
-        } = r;
         assert_eq!(
-            put_remote, SYMCOMM_STATUS_INVALID_ARGUMENT,
+            r.put_remote, SYMCOMM_STATUS_INVALID_ARGUMENT,
             "rank {rank}: put to another host"
         );
         assert_eq!(
-            get_remote, SYMCOMM_STATUS_INVALID_ARGUMENT,
+            r.get_remote, SYMCOMM_STATUS_INVALID_ARGUMENT,
             "rank {rank}: get from another host"
         );
         assert_eq!(
-            put_local, SYMCOMM_STATUS_OK,
+            r.put_local, SYMCOMM_STATUS_OK,
             "rank {rank}: put on this host"
         );
-        clean.unwrap_or_else(|e| panic!("rank {rank}: after put/get: {e}"));
-        let msg = write_remote.unwrap_err().to_string();
+        r.clean
+            .unwrap_or_else(|e| panic!("rank {rank}: after put/get: {e}"));
+        let msg = r.write_remote.unwrap_err().to_string();
         assert!(msg.contains("another host"), "rank {rank}: {msg}");
-        read_local.unwrap_or_else(|e| panic!("rank {rank}: read a local copy: {e}"));
+        r.read_local
+            .unwrap_or_else(|e| panic!("rank {rank}: read a local copy: {e}"));
         assert_eq!(
-            pws, SYMCOMM_STATUS_OK,
+            r.pws, SYMCOMM_STATUS_OK,
             "rank {rank}: put_with_signal to another host"
         );
-        after_pws.unwrap_or_else(|e| panic!("rank {rank}: after put_with_signal: {e}"));
+        r.after_pws
+            .unwrap_or_else(|e| panic!("rank {rank}: after put_with_signal: {e}"));
         assert_eq!(
-            coll, SYMCOMM_STATUS_INVALID_ARGUMENT,
+            r.coll, SYMCOMM_STATUS_INVALID_ARGUMENT,
             "rank {rank}: device all-reduce"
         );
-        match recorded {
+        match r.recorded {
             Err(Error::InvalidArgument(m)) => {
                 assert!(
                     m.contains("another host") && m.contains("all_reduce"),
@@ -236,12 +225,12 @@ fn remote_peers_are_refused() {
             other => panic!("rank {rank}: device all-reduce across hosts: {other:?}"),
         }
         assert_eq!(
-            previous, SYMCOMM_STATUS_INVALID_ARGUMENT,
+            r.previous, SYMCOMM_STATUS_INVALID_ARGUMENT,
             "rank {rank}: signal_add with previous"
         );
         let bad = SYMCOMM_STATUS_INVALID_ARGUMENT;
         assert_eq!(
-            sources,
+            r.sources,
             [bad, bad, SYMCOMM_STATUS_OK],
             "rank {rank}: put_with_signal from shared memory / the stack to another host, from \
              shared memory to this host"

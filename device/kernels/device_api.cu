@@ -18,6 +18,20 @@ constexpr uint32_t GROUP_THREAD = 0;
 constexpr uint32_t GROUP_WARP = 1;
 constexpr uint32_t GROUP_CTA = 2;
 
+/// `fn(G{}, args...)` with the group `group` names: Thread for GROUP_THREAD, Warp for GROUP_WARP,
+/// else Cta. (A macro, not a template taking a lambda: NVRTC treats a lambda in a kernel as a
+/// host function.)
+#define WITH_GROUP(group, fn, ...)           \
+    do {                                     \
+        if ((group) == GROUP_THREAD) {       \
+            fn(Thread{}, __VA_ARGS__);       \
+        } else if ((group) == GROUP_WARP) {  \
+            fn(Warp{}, __VA_ARGS__);         \
+        } else {                             \
+            fn(Cta{}, __VA_ARGS__);          \
+        }                                    \
+    } while (0)
+
 /// Semaphore words of the ring: data ready (from the previous rank), data consumed (from the next).
 constexpr uint32_t WORD_DATA = 0;
 constexpr uint32_t WORD_ACK = 1;
@@ -134,13 +148,7 @@ SYMCOMM_DEVICE void group_wait(Group g, const DevComm& comm, WindowHandleRaw win
 extern "C" __global__ void symcomm_test_semaphore_ring(DevComm comm, WindowHandleRaw win, uint32_t rounds,
                                                        uint32_t words, uint32_t group, uint64_t* state,
                                                        uint32_t* result) {
-    if (group == GROUP_THREAD) {
-        semaphore_ring(Thread{}, comm, win, rounds, words, state, result);
-    } else if (group == GROUP_WARP) {
-        semaphore_ring(Warp{}, comm, win, rounds, words, state, result);
-    } else {
-        semaphore_ring(Cta{}, comm, win, rounds, words, state, result);
-    }
+    WITH_GROUP(group, semaphore_ring, comm, win, rounds, words, state, result);
 }
 SYMCOMM_EMU_KERNEL(symcomm_test_semaphore_ring)
 
@@ -152,13 +160,8 @@ SYMCOMM_EMU_KERNEL(symcomm_test_semaphore_ring)
 /// rounds done summed over the groups].
 extern "C" __global__ void symcomm_test_barrier(DevComm comm, WindowHandleRaw win, uint32_t group, uint32_t index,
                                                 uint32_t tag, uint32_t rounds, uint32_t words, uint32_t* result) {
-    if (group == GROUP_THREAD) {
-        barrier_exchange(Thread{}, 0, comm, win, index, tag, rounds, words, result);
-    } else if (group == GROUP_WARP) {
-        barrier_exchange(Warp{}, linear_thread_index() / 32, comm, win, index, tag, rounds, words, result);
-    } else {
-        barrier_exchange(Cta{}, 0, comm, win, index, tag, rounds, words, result);
-    }
+    const uint32_t part = group == GROUP_WARP ? linear_thread_index() / 32 : 0;
+    WITH_GROUP(group, barrier_exchange, part, comm, win, index, tag, rounds, words, result);
 }
 SYMCOMM_EMU_KERNEL(symcomm_test_barrier)
 
@@ -425,13 +428,7 @@ SYMCOMM_DEVICE void put_ring(Group g, const DevComm& comm, WindowHandleRaw raw, 
 /// rounds done].
 extern "C" __global__ void symcomm_test_put_ring(DevComm comm, WindowHandleRaw win, uint32_t rounds, uint32_t words,
                                                  uint32_t group, uint64_t* state, uint32_t* result) {
-    if (group == GROUP_THREAD) {
-        put_ring(Thread{}, comm, win, rounds, words, state, result);
-    } else if (group == GROUP_WARP) {
-        put_ring(Warp{}, comm, win, rounds, words, state, result);
-    } else {
-        put_ring(Cta{}, comm, win, rounds, words, state, result);
-    }
+    WITH_GROUP(group, put_ring, comm, win, rounds, words, state, result);
 }
 SYMCOMM_EMU_KERNEL(symcomm_test_put_ring)
 
