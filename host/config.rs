@@ -131,6 +131,12 @@ pub const TUNABLES: &[Tunable] = &[
         secret: false,
     },
     Tunable {
+        name: "SYMCOMM_HOSTS_CHUNK_BYTES",
+        default: "4194304",
+        help: "bytes per pipelined chunk of an all-reduce across hosts (the same on every rank)",
+        secret: false,
+    },
+    Tunable {
         name: "SYMCOMM_SOCKET_IFNAME",
         default: "(route to root)",
         help: "interface (name or prefix) for bootstrap sockets",

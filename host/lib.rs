@@ -45,7 +45,8 @@ pub use comm::coll::{DEFAULT_STAGING_BYTES, LANE_BARRIERS, MAX_STREAMS};
 pub use comm::coll::{USER_BARRIER_END, USER_BARRIER_FIRST};
 pub use comm::{
     BufferRef, CommOptions, Communicator, DEFAULT_DEVICE_TIMEOUT, DEFAULT_HEARTBEAT,
-    DEFAULT_PEER_TIMEOUT, DataType, Device, P2pGroup, RedOp, Window, WindowHandle,
+    DEFAULT_HOSTS_CHUNK_BYTES, DEFAULT_PEER_TIMEOUT, DataType, Device, P2pGroup, RedOp, Window,
+    WindowHandle,
 };
 // Streams, events, graphs, kernels and ordinary device memory, on either backend.
 pub use backend::Backend;

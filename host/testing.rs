@@ -11,7 +11,9 @@
 //! - [`wire`]: the bootstrap wire format as plain values, every frame's encoder and decoder
 //!   (the fuzz targets in `fuzz/`, `tests/wire_props.rs`).
 //! - [`parse`]: the one-value environment parsers (the `env` fuzz target).
-//! - [`bytes_to_other_hosts`]: what a rank has sent between hosts (`tests/coll.rs`).
+//! - [`bytes_to_other_hosts`]: what a rank has sent between hosts, and
+//!   [`exchanges_across_hosts`]: the call numbers its collectives across hosts took
+//!   (`tests/coll.rs`).
 
 use symcomm_device::image::{DeviceImage, Module};
 
@@ -25,6 +27,12 @@ pub mod wire;
 /// UCX; 0 for a communicator on one host).
 pub fn bytes_to_other_hosts(comm: &crate::Communicator) -> u64 {
     comm.bytes_to_other_hosts()
+}
+
+/// Call numbers `comm`'s collectives across hosts have taken so far: one per call, one per chunk
+/// of a pipelined all-reduce (0 for a communicator on one host).
+pub fn exchanges_across_hosts(comm: &crate::Communicator) -> u64 {
+    comm.exchanges_across_hosts()
 }
 
 /// The emulator team harness and raw kernel launch.

@@ -156,6 +156,8 @@ struct Api {
     ep_close_nbx: unsafe extern "C" fn(Ptr, *const UcpRequestParam) -> Ptr,
     tag_send_nbx:
         unsafe extern "C" fn(Ptr, *const c_void, usize, u64, *const UcpRequestParam) -> Ptr,
+    tag_send_sync_nbx:
+        unsafe extern "C" fn(Ptr, *const c_void, usize, u64, *const UcpRequestParam) -> Ptr,
     tag_recv_nbx: unsafe extern "C" fn(Ptr, Ptr, usize, u64, u64, *const UcpRequestParam) -> Ptr,
     request_check_status: unsafe extern "C" fn(Ptr) -> Status,
     tag_recv_request_test: unsafe extern "C" fn(Ptr, *mut UcpTagRecvInfo) -> Status,
@@ -216,6 +218,7 @@ impl Api {
             ep_create: sym!(ucp, "ucp_ep_create"),
             ep_close_nbx: sym!(ucp, "ucp_ep_close_nbx"),
             tag_send_nbx: sym!(ucp, "ucp_tag_send_nbx"),
+            tag_send_sync_nbx: sym!(ucp, "ucp_tag_send_sync_nbx"),
             tag_recv_nbx: sym!(ucp, "ucp_tag_recv_nbx"),
             request_check_status: sym!(ucp, "ucp_request_check_status"),
             tag_recv_request_test: sym!(ucp, "ucp_tag_recv_request_test"),
@@ -628,7 +631,9 @@ impl Ucx {
         )
     }
 
-    /// Posts every op (receives first), then progresses the worker until all complete.
+    /// Posts every op (receives first), then progresses the worker until all complete. A send
+    /// completes when the peer's receive took it (a synchronous send): when this returns,
+    /// nothing this rank sent is still in flight.
     ///
     /// The UCX tag is `(tag << 20) | sender_rank` with a full mask, so messages are matched
     /// by (sender, tag). A received length different from `data.len()` is
@@ -650,19 +655,7 @@ impl Ucx {
             let (peer, tag) = match op {
                 Op::Send { peer, tag, .. } | Op::Recv { peer, tag, .. } => (*peer, *tag),
             };
-            if tag >= 1 << (64 - RANK_BITS) {
-                return Err(Error::InvalidArgument(format!(
-                    "UCX: {what}: tag {tag} does not fit in 44 bits"
-                )));
-            }
-            match inner.peers.get(&peer) {
-                None => {
-                    return Err(Error::InvalidArgument(format!(
-                        "UCX: {what}: rank {peer} is not connected"
-                    )));
-                }
-                Some(p) => self.peer_health(what, peer, p)?,
-            }
+            self.endpoint(&inner, peer, tag, what)?;
         }
         let start = Instant::now();
         let mut pending: Vec<Pending> = Vec::with_capacity(ops.len());
@@ -723,41 +716,15 @@ impl Ucx {
         what: &str,
     ) -> Result<()> {
         let inner = self.lock();
-        let ep = match inner.peers.get(&peer) {
-            Some(p) => {
-                self.peer_health(what, peer, p)?;
-                p.ep
-            }
-            None => {
-                return Err(Error::InvalidArgument(format!(
-                    "UCX: {what}: rank {peer} is not connected"
-                )));
-            }
-        };
-        if tag >= 1 << (64 - RANK_BITS) {
-            return Err(Error::InvalidArgument(format!(
-                "UCX: {what}: tag {tag} does not fit in 44 bits"
-            )));
-        }
-        let param: UcpRequestParam = zeroed();
-        let ucx_tag = (tag << RANK_BITS) | u64::from(self.rank);
+        let ep = self.endpoint(&inner, peer, tag, what)?;
         // SAFETY: `ep` is a live endpoint of our worker (lock held); `data`'s heap buffer stays
         // in the outbox (moving the Vec does not move it) until the request is released.
-        let req = unsafe {
-            (self.api.tag_send_nbx)(ep, data.as_ptr().cast(), data.len(), ucx_tag, &param)
-        };
-        let p = Pending {
-            req,
-            kind: Kind::Send,
-            peer,
-            tag,
-            len: data.len(),
-        };
-        if is_ptr(req) {
+        let p = unsafe { self.send(ep, peer, tag, &data, false) };
+        if is_ptr(p.req) {
             out.sends.push((p, data));
             Ok(())
         } else {
-            self.finish(&p, what, ptr_err(req).unwrap_or(UCS_OK), data.len())
+            self.finish(&p, what, ptr_err(p.req).unwrap_or(UCS_OK), data.len())
         }
     }
 
@@ -851,6 +818,51 @@ impl Ucx {
         }
     }
 
+    /// The endpoint to rank `peer` for a message under `tag`: the tag must fit in 44 bits and
+    /// the peer be connected and healthy.
+    fn endpoint(&self, inner: &Inner, peer: u32, tag: u64, what: &str) -> Result<Ptr> {
+        if tag >= 1 << (64 - RANK_BITS) {
+            return Err(Error::InvalidArgument(format!(
+                "UCX: {what}: tag {tag} does not fit in 44 bits"
+            )));
+        }
+        match inner.peers.get(&peer) {
+            Some(p) => self.peer_health(what, peer, p).map(|()| p.ep),
+            None => Err(Error::InvalidArgument(format!(
+                "UCX: {what}: rank {peer} is not connected"
+            ))),
+        }
+    }
+
+    /// Posts a send of `data` to `peer` under `tag` (UCX tag `(tag << 20) | our rank`). A
+    /// `matched` send completes only once the peer's receive has taken it (UCX's synchronous
+    /// send), so nothing of it is in flight when it completes: a rank may destroy its
+    /// communicator (and close its endpoints) right after its last collective without its
+    /// peers losing the bytes they have not read yet.
+    ///
+    /// # Safety
+    /// `ep` is a live endpoint of our worker (the lock held), and `data` stays alive and
+    /// unchanged until the returned request is released (or it completed at once: not a
+    /// pointer).
+    unsafe fn send(&self, ep: Ptr, peer: u32, tag: u64, data: &[u8], matched: bool) -> Pending {
+        let param: UcpRequestParam = zeroed();
+        let ucx_tag = (tag << RANK_BITS) | u64::from(self.rank);
+        let post = if matched {
+            self.api.tag_send_sync_nbx
+        } else {
+            self.api.tag_send_nbx
+        };
+        // SAFETY: the caller's contract.
+        let req = unsafe { post(ep, data.as_ptr().cast(), data.len(), ucx_tag, &param) };
+        Pending {
+            req,
+            kind: Kind::Send,
+            peer,
+            tag,
+            len: data.len(),
+        }
+    }
+
     fn peer_health(&self, what: &str, rank: u32, peer: &Peer) -> Result<()> {
         if peer.ep.is_null() {
             return Err(Error::PeerLost {
@@ -915,24 +927,13 @@ impl Ucx {
         for op in ops.iter() {
             if let Op::Send { peer, tag, data } = op {
                 let ep = inner.peers.get(peer).map_or(std::ptr::null_mut(), |p| p.ep);
-                let param: UcpRequestParam = zeroed();
-                let ucx_tag = (*tag << RANK_BITS) | u64::from(self.rank);
                 // SAFETY: `ep` is a live endpoint (checked before posting); `data` stays
                 // borrowed until exchange returns and the request is released before that.
-                let req = unsafe {
-                    (self.api.tag_send_nbx)(ep, data.as_ptr().cast(), data.len(), ucx_tag, &param)
-                };
-                let p = Pending {
-                    req,
-                    kind: Kind::Send,
-                    peer: *peer,
-                    tag: *tag,
-                    len: data.len(),
-                };
-                if is_ptr(req) {
+                let p = unsafe { self.send(ep, *peer, *tag, data, true) };
+                if is_ptr(p.req) {
                     pending.push(p);
                 } else {
-                    self.finish(&p, what, ptr_err(req).unwrap_or(UCS_OK), data.len())?;
+                    self.finish(&p, what, ptr_err(p.req).unwrap_or(UCS_OK), data.len())?;
                 }
             }
         }

@@ -24,9 +24,12 @@
 mod support;
 
 use std::fmt::Write as _;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::{try_with_ranks_on_hosts, with_ranks, with_ranks_using};
+use support::{
+    try_with_ranks_on_hosts, try_with_ranks_on_hosts_using, with_ranks, with_ranks_using,
+};
 
 use support::values::{
     DTYPES, DType, OPS, Rng, input_exact, op_name, raw_bits, red_op, reduce_vals, seed,
@@ -547,8 +550,9 @@ fn group(n: u32) {
 }
 
 /// A group with rank `r` on simulated host `hosts[r]` (UCX over TCP between hosts): the
-/// seeded selection (windows and buffers, as on one host).
-fn across_hosts(hosts: &[&str]) {
+/// seeded selection (windows and buffers, as on one host), all-reduces pipelined in chunks of
+/// `chunk_bytes` (small, odd sizes: most all-reduces take several chunks, the last one short).
+fn across_hosts(hosts: &[&str], chunk_bytes: u64) {
     let n = hosts.len() as u32;
     let seed = seed();
     let mut rng = Rng(seed ^ (u64::from(n) << 32) ^ 0x4057);
@@ -571,10 +575,12 @@ fn across_hosts(hosts: &[&str]) {
             }
         }
     }
-    let options = CommOptions::default().with_device_timeout(Duration::from_secs(30));
+    let options = CommOptions::default()
+        .with_device_timeout(Duration::from_secs(30))
+        .with_hosts_chunk_bytes(chunk_bytes);
     run_group_on(
         hosts,
-        &format!(" (hosts {hosts:?})"),
+        &format!(" (hosts {hosts:?}, chunks of {chunk_bytes} bytes)"),
         &cases,
         &options,
         false,
@@ -764,6 +770,186 @@ fn ranks_share_the_traffic_between_hosts() {
     );
 }
 
+/// All-reduce, reduce and broadcast across hosts larger than a chunk go in chunks (one call
+/// number each), all-reduce moves the same bytes between hosts as in one piece, and every result
+/// is bit-exact, in place and out of place, on rails (a short last chunk padded into shards) and
+/// through leaders.
+#[test]
+fn vectors_across_hosts_go_in_chunks() {
+    // 10_001 i32 in chunks of 1024 (4099 bytes, rounded down to a multiple of the 2 ranks per
+    // host): 10 chunks, the last of 785 elements (shards of 393, one padded).
+    const COUNT: usize = 10_001;
+    let options = CommOptions::default().with_hosts_chunk_bytes(4099);
+    let colls = [
+        Collective::AllReduce,
+        Collective::Reduce,
+        Collective::Broadcast,
+    ];
+    for hosts in [&["a", "b", "a", "b"][..], &["a", "b", "a"][..]] {
+        let n = hosts.len();
+        let per_rank = try_with_ranks_on_hosts(Device::Emu, hosts, &options, |comm| {
+            let s = comm.create_stream().map_err(|e| e.to_string())?;
+            let me = comm.rank();
+            let value = |r: u32, i: usize| (i as i32).wrapping_mul(7919) ^ ((r as i32) << 20);
+            let mine: Vec<i32> = (0..COUNT).map(|i| value(me, i)).collect();
+            let sum: Vec<i32> = (0..COUNT)
+                .map(|i| {
+                    (0..n as u32)
+                        .map(|r| value(r, i))
+                        .fold(0, i32::wrapping_add)
+                })
+                .collect();
+            // Rooted calls: the root on the second host.
+            let root = 1;
+            let from_root: Vec<i32> = (0..COUNT).map(|i| value(root, i)).collect();
+            let send = comm.alloc_buffer(COUNT * 4).map_err(|e| e.to_string())?;
+            let recv = comm.alloc_buffer(COUNT * 4).map_err(|e| e.to_string())?;
+            let mut out = Vec::new();
+            for coll in colls {
+                for in_place in [false, true] {
+                    send.write(0, &mine).map_err(|e| e.to_string())?;
+                    recv.write(0, &vec![-1i32; COUNT])
+                        .map_err(|e| e.to_string())?;
+                    let to = if in_place { &send } else { &recv };
+                    let (calls, bytes) = (
+                        symcomm::testing::exchanges_across_hosts(&comm),
+                        symcomm::testing::bytes_to_other_hosts(&comm),
+                    );
+                    let (i32_, sum_) = (DataType::I32, RedOp::Sum);
+                    match coll {
+                        Collective::AllReduce => comm.all_reduce(&send, to, COUNT, i32_, sum_, &s),
+                        Collective::Reduce => comm.reduce(&send, to, COUNT, i32_, sum_, root, &s),
+                        _ => comm.broadcast(&send, to, COUNT, i32_, root, &s),
+                    }
+                    .map_err(|e| e.to_string())?;
+                    s.synchronize().map_err(|e| e.to_string())?;
+                    let mut got = vec![0i32; COUNT];
+                    to.read(0, &mut got).map_err(|e| e.to_string())?;
+                    let want = match coll {
+                        Collective::AllReduce => &sum,
+                        Collective::Reduce if me == root => &sum,
+                        // Off the root, reduce leaves the receive buffer as it was.
+                        Collective::Reduce if in_place => &mine,
+                        Collective::Reduce => &vec![-1; COUNT],
+                        _ => &from_root,
+                    };
+                    let wrong = (0..COUNT).filter(|&i| got[i] != want[i]).count();
+                    out.push((
+                        coll,
+                        wrong,
+                        symcomm::testing::exchanges_across_hosts(&comm) - calls,
+                        symcomm::testing::bytes_to_other_hosts(&comm) - bytes,
+                    ));
+                }
+            }
+            Ok(out)
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        for (r, out) in per_rank.iter().enumerate() {
+            for &(coll, wrong, calls, bytes) in out {
+                let what = format!("hosts {hosts:?}, rank {r}, {}", coll.name());
+                assert_eq!(wrong, 0, "{what}: #wrong");
+                assert_eq!(calls, 10, "{what}: chunks");
+                if coll != Collective::AllReduce {
+                    continue;
+                }
+                let want_bytes = if n == 4 {
+                    // Rails: each rank's shards, 9 x 512 + 393 elements.
+                    (9 * 512 + 393) * 4
+                } else if r == 2 {
+                    0
+                } else {
+                    // Leaders: the whole vector.
+                    COUNT as u64 * 4
+                };
+                assert_eq!(bytes, want_bytes, "{what}: bytes sent");
+            }
+        }
+    }
+}
+
+/// A rank may destroy its communicator right after a collective that only sent from it: its
+/// bytes still reach a peer that had not read them yet (a send across hosts completes once the
+/// peer took it). The broadcast goes in eight chunks, and the receiver's stream holds its first
+/// phase back until the root's communicator is gone (or 1 s passed: the root cannot finish
+/// first when its sends wait for the receiver), so the receiver sees the root's endpoint close
+/// while chunks are still to be received — that used to fail with `PeerLost` ("Endpoint
+/// timeout").
+#[test]
+fn a_rank_leaving_right_after_sending_loses_nothing() {
+    const COUNT: usize = 8000;
+    let hosts = ["a", "b"];
+    let options = CommOptions::default().with_hosts_chunk_bytes(4000);
+    let root_gone = Arc::new(AtomicBool::new(false));
+    let got = try_with_ranks_on_hosts(Device::Emu, &hosts, &options, |comm| {
+        let s = comm.create_stream().map_err(|e| e.to_string())?;
+        let b = comm.alloc_buffer(COUNT * 4).map_err(|e| e.to_string())?;
+        let values: Vec<u32> = (0..COUNT as u32).map(|i| i * 3 + 1).collect();
+        let root = comm.rank() == 0;
+        if root {
+            b.write(0, &values).map_err(|e| e.to_string())?;
+        } else {
+            let gone = Arc::clone(&root_gone);
+            s.enqueue_host(move || {
+                let t = Instant::now();
+                while !gone.load(Ordering::Acquire) && t.elapsed() < Duration::from_secs(1) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                // Time for the closed connection to reach this rank.
+                std::thread::sleep(Duration::from_millis(200));
+                Ok(())
+            })
+            .map_err(|e| e.to_string())?;
+        }
+        comm.broadcast(&b, &b, COUNT, DataType::U32, 0, &s)
+            .map_err(|e| e.to_string())?;
+        s.synchronize().map_err(|e| e.to_string())?;
+        let mut out = vec![0u32; COUNT];
+        b.read(0, &mut out).map_err(|e| e.to_string())?;
+        let wrong = (0..COUNT).filter(|&i| out[i] != values[i]).count();
+        if root {
+            drop((b, s, comm));
+            root_gone.store(true, Ordering::Release);
+        }
+        Ok(wrong)
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(got, [0, 0], "#wrong per rank");
+}
+
+/// Ranks whose chunk sizes differ would cut a call differently: the first collective across
+/// hosts refuses them on every rank with a message naming the setting, and the next call says
+/// so again (nothing hangs).
+#[test]
+fn ranks_with_different_chunk_sizes_are_refused() {
+    let hosts = ["a", "b", "a", "b"];
+    let options: Vec<CommOptions> = (0..4u64)
+        .map(|r| CommOptions::default().with_hosts_chunk_bytes(if r == 3 { 8192 } else { 4096 }))
+        .collect();
+    let errors = try_with_ranks_on_hosts_using(Device::Emu, &hosts, &options, |comm| {
+        let s = comm.create_stream().map_err(|e| e.to_string())?;
+        let b = comm.alloc_buffer(4096).map_err(|e| e.to_string())?;
+        let mut errors = Vec::new();
+        for _ in 0..2 {
+            let r = comm.all_reduce(&b, &b, 1024, DataType::F32, RedOp::Sum, &s);
+            errors.push(r.map_err(|e| e.to_string()).err());
+        }
+        // No rank leaves before every rank made its calls (a rank that left would be lost).
+        comm.barrier().map_err(|e| e.to_string())?;
+        Ok(errors)
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    for (r, errs) in errors.iter().enumerate() {
+        for e in errs {
+            let e = e.as_deref().unwrap_or("no error");
+            assert!(
+                e.contains("SYMCOMM_HOSTS_CHUNK_BYTES differs"),
+                "rank {r}: {e}"
+            );
+        }
+    }
+}
+
 /// Send/recv rings across hosts (every neighbour on the other host), out of place and in place
 /// (a send and a receive of the same bytes: the emulator moves the caller's memory in place
 /// except there), every message bit-exact.
@@ -807,25 +993,29 @@ fn send_recv_rings_across_hosts() {
 
 #[test]
 fn two_hosts_of_two_ranks() {
-    across_hosts(&["host-a", "host-a", "host-b", "host-b"]);
+    across_hosts(&["host-a", "host-a", "host-b", "host-b"], 4099);
 }
 
 #[test]
 fn three_hosts_of_one_rank() {
-    across_hosts(&["host-a", "host-b", "host-c"]);
+    // Chunks above tune::rail_two_shot_from(3): the large all-reduces' chunks are two-shot.
+    across_hosts(&["host-a", "host-b", "host-c"], 40_001);
 }
 
 #[test]
 fn three_hosts_of_two_ranks() {
     // Rails of three ranks: the large all-reduces take the two-shot rail path with shards of
-    // half the vector.
-    across_hosts(&["host-a", "host-a", "host-b", "host-b", "host-c", "host-c"]);
+    // half the vector (chunks of two shards above tune::rail_two_shot_from(3)).
+    across_hosts(
+        &["host-a", "host-a", "host-b", "host-b", "host-c", "host-c"],
+        70_001,
+    );
 }
 
 #[test]
 fn two_hosts_uneven_and_interleaved() {
     // Host a holds ranks 0 and 2, host b rank 1: the hosts' ranks are not contiguous.
-    across_hosts(&["host-a", "host-b", "host-a"]);
+    across_hosts(&["host-a", "host-b", "host-a"], 4099);
 }
 
 #[test]

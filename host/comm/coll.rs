@@ -74,6 +74,7 @@ pub(super) struct CollState {
 }
 
 /// One validated call.
+#[derive(Clone, Copy)]
 pub(super) struct Call<'a> {
     pub(super) coll: Collective,
     pub(super) send: BufferRef<'a>,

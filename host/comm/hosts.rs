@@ -31,8 +31,12 @@
 //!
 //! The UCX phase runs on the calling thread: the call waits until its stream has run the first
 //! phase (so it blocks, and cannot be captured in a graph), moves the bytes within
-//! [`Communicator::op_timeout`] and returns with the last phase queued.
+//! [`Communicator::op_timeout`] and returns with the last phase queued. All-reduce is pipelined
+//! in chunks of [`CommOptions::hosts_chunk_bytes`](crate::CommOptions::hosts_chunk_bytes): the
+//! next chunk's first phase runs on the stream while this thread moves the current chunk's
+//! bytes between hosts, and the current chunk's last phase while it moves the next one's.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Instant;
@@ -40,7 +44,7 @@ use std::time::Instant;
 use super::Communicator;
 use super::coll::{BufferRef, Call};
 use super::memory::FlatMapping;
-use super::payload::Tag;
+use super::payload::{self, Tag};
 use super::proxy::Proxy;
 use crate::image::DEVICE_IMAGE;
 use crate::stream::{Buffer, Event, Kernel, KernelArgs, LaunchConfig, Stream};
@@ -79,6 +83,10 @@ pub(super) struct Hosts {
     sent_bytes: AtomicU64,
     /// What carries kernels' signals to other hosts (`proxy.rs`).
     proxy: Proxy,
+    /// Bytes of the vector per pipelined chunk of an all-reduce
+    /// ([`CommOptions::hosts_chunk_bytes`](crate::CommOptions::hosts_chunk_bytes), the same on
+    /// every rank).
+    chunk_bytes: u64,
 }
 
 /// Starts this rank's proxy, with UCX endpoints of its own to the ranks of other hosts
@@ -129,8 +137,9 @@ impl Communicator {
 struct Calls {
     /// The number of the next call (the same on every rank): the UCX tag of its messages.
     seq: u64,
-    /// Scratch device memory, grown on demand.
-    scratch: [Option<Buffer>; 2],
+    /// Scratch device memory, grown on demand: buffers 0 and 1 of each of the two chunks in
+    /// flight of a pipelined call ([`Phases::slot`]).
+    scratch: [Option<Buffer>; 4],
     /// Recorded after the previous call's last phase: the scratch memory is free once it ran.
     last: Option<Event>,
     /// Messages sent to and received from each rank by send/recv (their UCX tags, with
@@ -205,6 +214,15 @@ impl Communicator {
     pub(crate) fn bytes_to_other_hosts(&self) -> u64 {
         match self.hosts.get() {
             Some(Ok(h)) => h.sent_bytes.load(Ordering::Relaxed),
+            _ => 0,
+        }
+    }
+
+    /// Call numbers taken by collectives across hosts so far (0 on one host).
+    #[cfg(feature = "testing")]
+    pub(crate) fn exchanges_across_hosts(&self) -> u64 {
+        match self.hosts.get() {
+            Some(Ok(h)) => lock(&h.calls).seq,
             _ => 0,
         }
     }
@@ -305,13 +323,7 @@ impl Hosts {
             };
             msgs.push((p.send, m, p.addr));
         }
-        let mut phases = Phases {
-            hosts: self,
-            comm,
-            stream,
-            scratch: &mut calls.scratch,
-            what: "send/recv",
-        };
+        let mut phases = Phases::new(self, comm, stream, &mut calls.scratch, "send/recv");
         // On the emulator UCX moves the caller's memory in place, except where ranges overlap:
         // a send that a receive of the group overwrites (the local group runs before the
         // exchange) and receives into overlapping memory go through scratch memory, as every
@@ -400,6 +412,7 @@ impl Hosts {
             .collect::<Result<Vec<()>>>();
         comm.agree(Tag::Ucx, "connecting UCX endpoints", connected)?;
         let proxy = start_proxy(comm, remote)?;
+        let chunk_bytes = agree_on_chunk(comm)?;
         tracing::info!(
             target: "symcomm::hosts",
             "rank {}: {} hosts, this one has ranks {:?}; {}",
@@ -416,13 +429,14 @@ impl Hosts {
             combine: OnceLock::new(),
             calls: Mutex::new(Calls {
                 seq: 0,
-                scratch: [None, None],
+                scratch: [None, None, None, None],
                 last: None,
                 sent: vec![0; comm.nranks as usize],
                 received: vec![0; comm.nranks as usize],
             }),
             sent_bytes: AtomicU64::new(0),
             proxy,
+            chunk_bytes,
         })
     }
 
@@ -455,20 +469,14 @@ impl Hosts {
             e.synchronize()?;
         }
         let seq = calls.seq;
-        calls.seq += 1;
         let mut run = Run {
-            p: Phases {
-                hosts: self,
-                comm,
-                stream,
-                scratch: &mut calls.scratch,
-                what: call.coll.name(),
-            },
-            call,
+            p: Phases::new(self, comm, stream, &mut calls.scratch, call.coll.name()),
+            call: *call,
             seq,
+            seqs: 1,
             es: call.dtype.size() as u64,
         };
-        match call.coll {
+        let done = match call.coll {
             Collective::AllReduce => run.all_reduce(),
             Collective::Reduce => run.reduce(),
             Collective::Broadcast => run.broadcast(),
@@ -480,8 +488,21 @@ impl Hosts {
             Collective::SendRecv => Err(Error::InvalidArgument(
                 "send/recv across hosts goes through a group".to_owned(),
             )),
-        }?;
-        calls.last = Some(stream.record_event()?);
+        };
+        // Every chunk took a call number (the same on every rank), also when the call failed
+        // part way: the next call's messages never match this one's.
+        let seqs = run.seqs;
+        drop(run);
+        calls.seq = seq + seqs;
+        match done {
+            Ok(()) => calls.last = Some(stream.record_event()?),
+            // What the call queued before it failed may still use the scratch memory: the
+            // next call waits for it too.
+            Err(e) => {
+                calls.last = stream.record_event().ok();
+                return Err(e);
+            }
+        }
         Ok(())
     }
 }
@@ -521,22 +542,51 @@ fn exchange_addresses(comm: &Communicator, mine: &[u8]) -> Result<Vec<Vec<u8>>> 
     Ok(all)
 }
 
+/// Every rank's [`CommOptions::hosts_chunk_bytes`](crate::CommOptions::hosts_chunk_bytes):
+/// chunks are cut the same way on every rank, so ranks that differ are refused.
+fn agree_on_chunk(comm: &Communicator) -> Result<u64> {
+    let mine = comm.options().hosts_chunk_bytes;
+    let all = comm.gather(
+        Tag::HostsChunk,
+        "agreeing on the chunk size across hosts",
+        &payload::encode_chunk_bytes(mine),
+        payload::decode_chunk_bytes,
+    )?;
+    match all.iter().enumerate().find(|&(_, &b)| b != mine) {
+        None => Ok(mine),
+        Some((r, b)) => Err(Error::InvalidArgument(format!(
+            "SYMCOMM_HOSTS_CHUNK_BYTES differs between ranks: {mine} on rank {}, {b} on rank {r}",
+            comm.rank
+        ))),
+    }
+}
+
 /// The moves of one call across hosts: copies on the stream, scratch memory, UCX messages.
 struct Phases<'r> {
     hosts: &'r Hosts,
     comm: &'r Communicator,
     stream: &'r Stream,
-    scratch: &'r mut [Option<Buffer>; 2],
+    scratch: &'r mut [Option<Buffer>; 4],
     /// The operation, for errors.
     what: &'static str,
+    /// Which pair of scratch buffers the current chunk uses (0 or 1; 0 when not pipelined):
+    /// scratch buffer `i` of the phases is `scratch[i + 2 * slot]`.
+    slot: usize,
+    /// Set by a pipelined call: the event after the current chunk's first phase, which its
+    /// first exchange waits for instead of the whole stream (the next chunk's first phase is
+    /// queued behind it and runs during the exchange). Taken by that exchange.
+    ready: Cell<Option<Event>>,
 }
 
-/// One collective call across hosts.
+/// One collective call across hosts (or one chunk of a pipelined call).
 struct Run<'r, 'a> {
     p: Phases<'r>,
-    call: &'r Call<'a>,
-    /// The call's number: the UCX tag of its messages.
+    call: Call<'a>,
+    /// The call's number: the UCX tag of its messages (each chunk of a pipelined call has its
+    /// own).
     seq: u64,
+    /// Call numbers the call takes (its chunks when pipelined).
+    seqs: u64,
     /// Bytes per element.
     es: u64,
 }
@@ -566,27 +616,71 @@ struct Msg {
     bytes: u64,
 }
 
+/// Where all-reduce on rails keeps what in scratch 0 (byte offsets; see
+/// [`Run::rail_layout`]), and its sizes.
+struct RailLayout {
+    two_shot: bool,
+    /// Elements per shard (per rank of a host), and its bytes.
+    shard: u64,
+    block: u64,
+    /// Two-shot: elements per piece of a shard (one per host), and its bytes.
+    piece: u64,
+    pb: u64,
+    /// This rank's partial shard, and the reduced shard.
+    partial_at: u64,
+    result_at: u64,
+    /// Bytes of scratch 0.
+    scratch: u64,
+}
+
+impl<'r> Phases<'r> {
+    fn new(
+        hosts: &'r Hosts,
+        comm: &'r Communicator,
+        stream: &'r Stream,
+        scratch: &'r mut [Option<Buffer>; 4],
+        what: &'static str,
+    ) -> Self {
+        Phases {
+            hosts,
+            comm,
+            stream,
+            scratch,
+            what,
+            slot: 0,
+            ready: Cell::new(None),
+        }
+    }
+}
+
 impl Phases<'_> {
-    /// Grows scratch buffer `i` to at least `bytes` bytes (at least one).
+    /// Grows scratch buffer `i` to at least `bytes` bytes (at least one). A buffer replaced by
+    /// a larger one is freed once the stream ran what was queued on it.
     fn grow(&mut self, i: usize, bytes: u64) -> Result<()> {
         let need = usize::try_from(bytes.max(1))
             .map_err(|_| Error::InvalidArgument(format!("{bytes} bytes of scratch memory")))?;
-        if self.scratch[i].as_ref().is_none_or(|b| b.len() < need) {
-            self.scratch[i] = None;
-            self.scratch[i] = Some(Buffer::new(self.comm.backend(), need)?);
+        let i = i + 2 * self.slot;
+        match &self.scratch[i] {
+            Some(b) if b.len() >= need => return Ok(()),
+            Some(_) => self.stream.synchronize()?,
+            None => {}
         }
+        self.scratch[i] = None;
+        self.scratch[i] = Some(Buffer::new(self.comm.backend(), need)?);
         Ok(())
     }
 
     /// Scratch buffer `i` as a collective buffer.
     fn scratch_ref(&self, i: usize) -> BufferRef<'_> {
-        self.scratch[i]
+        self.scratch[i + 2 * self.slot]
             .as_ref()
             .map_or_else(BufferRef::empty, BufferRef::from)
     }
 
     fn scratch_addr(&self, i: usize) -> u64 {
-        self.scratch[i].as_ref().map_or(0, Buffer::addr)
+        self.scratch[i + 2 * self.slot]
+            .as_ref()
+            .map_or(0, Buffer::addr)
     }
 
     /// Queues a copy of `bytes` bytes from device address `src` to `dst` (nothing when they are
@@ -606,7 +700,10 @@ impl Phases<'_> {
     /// Waits for the stream, then sends and receives `msgs` (in scratch memory) over UCX,
     /// bounded by the communicator's operation timeout.
     fn exchange(&self, sends: &[Msg], recvs: &[Msg]) -> Result<()> {
-        self.stream.synchronize()?;
+        match self.ready.take() {
+            Some(e) => e.synchronize()?,
+            None => self.stream.synchronize()?,
+        }
         if sends.is_empty() && recvs.is_empty() {
             return Ok(());
         }
@@ -677,7 +774,7 @@ impl Phases<'_> {
     }
 
     fn buffer(&self, m: &Msg) -> Result<&Buffer> {
-        self.scratch[m.buf]
+        self.scratch[m.buf + 2 * self.slot]
             .as_ref()
             .ok_or_else(|| Error::InvalidArgument("scratch memory missing".to_owned()))
     }
@@ -791,6 +888,25 @@ impl<'a> Run<'_, 'a> {
     fn leaders(&self, root: Option<u32>) -> Vec<u32> {
         (0..self.hosts.hosts.len())
             .map(|h| self.hosts.leader(h, root))
+            .collect()
+    }
+
+    /// A message of this call to the leader of every host but `skip` (for the call's root),
+    /// `at(host)` = (offset in scratch 0, bytes).
+    fn to_leaders(&self, skip: usize, at: impl Fn(usize) -> (u64, u64)) -> Vec<Msg> {
+        let leaders = self.leaders(self.root());
+        (0..leaders.len())
+            .filter(|&h| h != skip)
+            .map(|h| {
+                let (offset, bytes) = at(h);
+                Msg {
+                    tag: self.seq,
+                    peer: leaders[h],
+                    buf: 0,
+                    offset,
+                    bytes,
+                }
+            })
             .collect()
     }
 
@@ -941,47 +1057,71 @@ impl<'a> Run<'_, 'a> {
         self.exchange(&sends, &recvs)
     }
 
-    /// All-reduce on rails (`l` ranks on every host): the host reduce-scatters the vector into
-    /// `l` shards (padded to a multiple of `l` elements in scratch 1 when it is not one), the
-    /// ranks of each rail all-reduce their shard's partial results (one-shot or two-shot, by
-    /// the model: `tune::rail_all_reduce`), and the host all-gathers the shards.
-    fn all_reduce_on_rails(&mut self, l: u64) -> Result<()> {
-        let c = self.call;
+    /// Where all-reduce on rails (`l` ranks on every host) keeps what in scratch 0, for this
+    /// call's count: the host reduce-scatters the vector into `l` shards (padded to a multiple
+    /// of `l` elements in scratch 1 when it is not one), the ranks of each rail all-reduce their
+    /// shard's partial results (one-shot or two-shot, by the model: `tune::rail_all_reduce`),
+    /// and the host all-gathers the shards.
+    ///
+    /// One-shot: a block per host, each host's partial shard (this host's in its own block); the
+    /// result in block 0. Two-shot: the partial shard split into h pieces (padded to h pieces of
+    /// `piece` elements), then every host's partial of this rank's piece, then the reduced
+    /// pieces (the result).
+    fn rail_layout(&self, l: u64) -> RailLayout {
         let h = self.hosts.hosts.len() as u64;
-        let shard = c.count.div_ceil(l);
+        let shard = self.call.count.div_ceil(l);
         let block = self.bytes(shard);
         let mine = self.hosts.mine as u64;
         let hosts = u32::try_from(h).unwrap_or(u32::MAX);
         let two_shot = tune::rail_all_reduce(hosts, block) == tune::RailAllReduce::TwoShot;
-        // Scratch 0. One-shot: a block per host, each host's partial shard (this host's in its
-        // own block); the result in block 0. Two-shot: the partial shard split into h pieces
-        // (padded to h pieces of `piece` elements), then every host's partial of this rank's
-        // piece, then the reduced pieces (the result).
         let piece = shard.div_ceil(h);
         let pb = self.bytes(piece);
-        let (partial_at, result_at) = if two_shot {
-            (0, 2 * h * pb)
+        let (partial_at, result_at, scratch) = if two_shot {
+            (0, 2 * h * pb, 3 * h * pb)
         } else {
-            (mine * block, 0)
+            (mine * block, 0, h * block)
         };
-        self.grow(0, if two_shot { 3 * h * pb } else { h * block })?;
-        self.partial_shard(l, partial_at)?;
-        // Phase 2: the rail's all-reduce of the shard.
-        let s0 = self.scratch_addr(0);
-        if two_shot {
-            let (got, reduced) = (h * pb, 2 * h * pb);
-            let at = |base: u64| move |k: usize| (0, base + k as u64 * pb);
-            self.swap_on_rail(0, pb, at(0), at(got))?;
-            self.copy(s0 + got + mine * pb, s0 + mine * pb, pb)?;
-            self.combine(s0 + got, s0 + reduced + mine * pb, piece, hosts)?;
-            self.swap_on_rail(1, pb, |_| at(reduced)(mine as usize), at(reduced))?;
-        } else {
-            let at = |k: usize| (0, k as u64 * block);
-            self.swap_on_rail(0, block, |_| at(mine as usize), at)?;
-            self.combine(s0, s0, shard, hosts)?;
+        RailLayout {
+            two_shot,
+            shard,
+            block,
+            piece,
+            pb,
+            partial_at,
+            result_at,
+            scratch,
         }
-        // Phase 3: the shards to every rank of the host.
-        self.gather_shards(l, result_at, true)
+    }
+
+    /// All-reduce on rails, phase 1: this rank's partial shard (see [`Self::rail_layout`]).
+    fn all_reduce_on_rails_first(&mut self, l: u64) -> Result<()> {
+        let at = self.rail_layout(l);
+        self.grow(0, at.scratch)?;
+        self.partial_shard(l, at.partial_at)
+    }
+
+    /// All-reduce on rails, phases 2 and 3: the rail's all-reduce of the shard, then the shards
+    /// to every rank of the host.
+    fn all_reduce_on_rails_rest(&mut self, l: u64) -> Result<()> {
+        let at = self.rail_layout(l);
+        let h = self.hosts.hosts.len() as u64;
+        let mine = self.hosts.mine as u64;
+        let hosts = u32::try_from(h).unwrap_or(u32::MAX);
+        let s0 = self.scratch_addr(0);
+        if at.two_shot {
+            let (pb, got, reduced) = (at.pb, h * at.pb, 2 * h * at.pb);
+            let at_k = |base: u64| move |k: usize| (0, base + k as u64 * pb);
+            self.swap_on_rail(0, pb, at_k(0), at_k(got))?;
+            self.copy(s0 + got + mine * pb, s0 + mine * pb, pb)?;
+            self.combine(s0 + got, s0 + reduced + mine * pb, at.piece, hosts)?;
+            self.swap_on_rail(1, pb, |_| at_k(reduced)(mine as usize), at_k(reduced))?;
+        } else {
+            let block = at.block;
+            let at_k = |k: usize| (0, k as u64 * block);
+            self.swap_on_rail(0, block, |_| at_k(mine as usize), at_k)?;
+            self.combine(s0, s0, at.shard, hosts)?;
+        }
+        self.gather_shards(l, at.result_at, true)
     }
 
     /// Phase 1 of the reductions on rails: this rank's shard (of `ceil(count / l)` elements) of
@@ -1027,22 +1167,137 @@ impl<'a> Run<'_, 'a> {
         Ok(())
     }
 
-    /// Reduce on rails (`l` ranks on every host): phase 1 as all-reduce's, then each rank sends
-    /// its partial shard to its rail's rank on the root's host, which combines every host's,
-    /// and the root's host gathers the shards (the root keeps them).
-    fn reduce_on_rails(&mut self, l: u64) -> Result<()> {
+    /// Runs the call in chunks of [`Hosts::chunk_bytes`] (a multiple of `l` elements: only the
+    /// last chunk may need padding into shards), pipelined two deep: chunk `k + 1`'s `first`
+    /// phase (on this host's ranks) is queued before chunk `k`'s `rest` (its exchanges between
+    /// hosts and last phase), whose first exchange waits only for chunk `k`'s first phase, so
+    /// the stream runs the one while this thread moves the other's bytes; the two chunks in
+    /// flight use separate scratch memory. A vector of one element type, the same on every rank
+    /// (all-reduce, reduce, broadcast).
+    fn in_chunks(
+        &mut self,
+        l: u64,
+        first: fn(&mut Self) -> Result<()>,
+        rest: fn(&mut Self) -> Result<()>,
+    ) -> Result<()> {
+        let whole = self.call;
+        let chunk = (self.hosts.chunk_bytes / self.es / l).max(1) * l;
+        let n = whole.count.div_ceil(chunk).max(1);
+        self.seqs = n;
+        let seq = self.seq;
+        let es = self.es;
+        let enter = |run: &mut Self, k: u64| {
+            if n > 1 {
+                let count = chunk.min(whole.count - k * chunk);
+                let (at, len) = (k * chunk * es, count * es);
+                run.call = Call {
+                    send: whole.send.part(at, len),
+                    recv: whole.recv.part(at, len),
+                    count,
+                    ..whole
+                };
+            }
+            run.seq = seq + k;
+            run.p.slot = (k % 2) as usize;
+        };
+        let mut queued: Option<(u64, Option<Event>)> = None;
+        for k in 0..=n {
+            if k < n {
+                enter(self, k);
+                first(self)?;
+            }
+            let ready = if k < n && n > 1 {
+                Some(self.stream.record_event()?)
+            } else {
+                None
+            };
+            let next = (k < n).then_some((k, ready));
+            if let Some((j, e)) = std::mem::replace(&mut queued, next) {
+                enter(self, j);
+                self.ready.set(e);
+                rest(self)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn all_reduce(&mut self) -> Result<()> {
+        let l = self.rails().unwrap_or(1);
+        self.in_chunks(l, Self::all_reduce_first, Self::all_reduce_rest)
+    }
+
+    /// All-reduce's phase 1: on rails, this rank's partial shard; through leaders, the host's
+    /// partial result on its leader.
+    fn all_reduce_first(&mut self) -> Result<()> {
+        match self.rails() {
+            Some(l) => self.all_reduce_on_rails_first(l),
+            None => self.host_partial().map(drop),
+        }
+    }
+
+    /// All-reduce after phase 1: on rails, the rail's all-reduce and the host's all-gather;
+    /// through leaders, every leader gets every host's part and combines them into its recv,
+    /// then gives the result to its host.
+    fn all_reduce_rest(&mut self) -> Result<()> {
+        if let Some(l) = self.rails() {
+            return self.all_reduce_on_rails_rest(l);
+        }
+        if self.is_leader() {
+            let all: Vec<usize> = (0..self.hosts.hosts.len()).collect();
+            let c = self.call;
+            self.reduce_among_leaders(c.count, &all, c.recv.addr)?;
+        }
+        self.spread_from_leader()
+    }
+
+    /// The last phase of all-reduce and broadcast: the leader's `recv` to every rank of its host.
+    fn spread_from_leader(&self) -> Result<()> {
+        self.host_broadcast(self.call.recv)
+    }
+
+    /// The host's broadcast from its leader: the leader's `send` into every rank's `recv`.
+    fn host_broadcast(&self, send: BufferRef<'_>) -> Result<()> {
         let c = self.call;
+        let lroot = self.local_leader();
+        self.local()
+            .broadcast(send, c.recv, c.count as usize, c.dtype, lroot, self.stream)
+    }
+
+    fn reduce(&mut self) -> Result<()> {
+        let l = self.rails().unwrap_or(1);
+        self.in_chunks(l, Self::reduce_first, Self::reduce_rest)
+    }
+
+    /// Reduce's phase 1: as all-reduce's, into this host's block of scratch 0 on rails.
+    fn reduce_first(&mut self) -> Result<()> {
+        let Some(l) = self.rails() else {
+            return self.host_partial().map(drop);
+        };
+        let h = self.hosts.hosts.len() as u64;
+        let block = self.bytes(self.call.count.div_ceil(l));
+        self.grow(0, h * block)?;
+        self.partial_shard(l, self.hosts.mine as u64 * block)
+    }
+
+    /// Reduce after phase 1: on rails, each rank sends its partial shard to its rail's rank on
+    /// the root's host, which combines every host's, and the root's host gathers the shards
+    /// (the root keeps them); through leaders, the root's leader combines every host's part.
+    fn reduce_rest(&mut self) -> Result<()> {
+        let c = self.call;
+        let root_host = self.hosts.place(c.root).0;
+        let Some(l) = self.rails() else {
+            if self.is_leader() {
+                self.reduce_among_leaders(c.count, &[root_host], c.recv.addr)?;
+            }
+            return Ok(());
+        };
         let h = self.hosts.hosts.len() as u64;
         let block = self.bytes(c.count.div_ceil(l));
-        let (root_host, _) = self.hosts.place(c.root);
         let mine = self.hosts.mine;
-        self.grow(0, h * block)?;
-        self.partial_shard(l, mine as u64 * block)?;
-        let peer = self.rail()[root_host];
         if mine != root_host {
             let to = Msg {
                 tag: self.seq,
-                peer,
+                peer: self.rail()[root_host],
                 buf: 0,
                 offset: mine as u64 * block,
                 bytes: block,
@@ -1061,70 +1316,74 @@ impl<'a> Run<'_, 'a> {
         Ok(())
     }
 
-    fn all_reduce(&mut self) -> Result<()> {
-        if let Some(l) = self.rails() {
-            return self.all_reduce_on_rails(l);
-        }
-        let c = self.call;
-        // Phase 2: every leader gets every host's part and combines them into its recv.
-        if self.host_partial()? {
-            let all: Vec<usize> = (0..self.hosts.hosts.len()).collect();
-            self.reduce_among_leaders(c.count, &all, c.recv.addr)?;
-        }
-        // Phase 3: the leader's result to its host.
-        self.spread_from_leader()
+    fn broadcast(&mut self) -> Result<()> {
+        let l = self.rails().unwrap_or(1);
+        self.in_chunks(l, Self::broadcast_first, Self::broadcast_rest)
     }
 
-    /// The last phase of all-reduce and broadcast: the leader's `recv` to every rank of its host.
-    fn spread_from_leader(&self) -> Result<()> {
+    /// Broadcast's phase 1, on the root's host: the host's own broadcast, and what leaves the
+    /// host copied to scratch 0 (on rails every rank's shard, a `1/l` of the vector, padded; else
+    /// the whole vector on the root). Nothing elsewhere.
+    fn broadcast_first(&mut self) -> Result<()> {
         let c = self.call;
-        let lroot = self.local_leader();
-        self.local().broadcast(
-            c.recv,
-            c.recv,
-            c.count as usize,
-            c.dtype,
-            lroot,
-            self.stream,
-        )
+        if self.hosts.mine != self.hosts.place(c.root).0 {
+            return Ok(());
+        }
+        self.host_broadcast(c.send)?;
+        let bytes = self.bytes(c.count);
+        match self.rails() {
+            Some(l) => {
+                let padded = l * self.bytes(c.count.div_ceil(l));
+                self.grow(0, padded)?;
+                self.copy(self.scratch_addr(0), c.recv.addr, bytes)
+            }
+            None if self.me() == c.root => {
+                self.grow(0, bytes)?;
+                self.copy(self.scratch_addr(0), c.send.addr, bytes)
+            }
+            None => Ok(()),
+        }
     }
 
-    fn reduce(&mut self) -> Result<()> {
-        if let Some(l) = self.rails() {
-            return self.reduce_on_rails(l);
-        }
+    /// Broadcast after phase 1. On rails: each rank of the root's host sends its shard to its
+    /// rail, and every other host all-gathers the shards. Through leaders: the root sends the
+    /// vector to every other host's leader, which gives it to its host.
+    fn broadcast_rest(&mut self) -> Result<()> {
         let c = self.call;
-        if self.host_partial()? {
-            let root_host = self.hosts.place(c.root).0;
-            self.reduce_among_leaders(c.count, &[root_host], c.recv.addr)?;
-        }
-        Ok(())
-    }
-
-    /// Broadcast on rails (`l` ranks on every host): the root's host broadcasts among itself,
-    /// each of its ranks sends its shard (a `1/l`, padded) to its rail, and every other host
-    /// all-gathers the shards.
-    fn broadcast_on_rails(&mut self, l: u64) -> Result<()> {
-        let c = self.call;
+        let root_host = self.hosts.place(c.root).0;
+        let at_root = self.hosts.mine == root_host;
+        let Some(l) = self.rails() else {
+            let block = self.bytes(c.count);
+            if self.me() == c.root {
+                let sends = self.to_leaders(root_host, |_| (0, block));
+                return self.exchange(&sends, &[]);
+            }
+            if self.is_leader() && !at_root {
+                self.grow(0, block)?;
+                let from = Msg {
+                    tag: self.seq,
+                    peer: c.root,
+                    buf: 0,
+                    offset: 0,
+                    bytes: block,
+                };
+                self.exchange(&[], &[from])?;
+                self.copy(c.recv.addr, self.scratch_addr(0), block)?;
+            }
+            return if at_root {
+                Ok(())
+            } else {
+                self.spread_from_leader()
+            };
+        };
         let shard = c.count.div_ceil(l);
         let block = self.bytes(shard);
-        let (root_host, _) = self.hosts.place(c.root);
         let j = u64::from(self.hosts.place(self.me()).1);
-        self.grow(0, l * block)?;
-        if self.hosts.mine == root_host {
-            let lroot = self.local_leader();
-            self.local().broadcast(
-                c.send,
-                c.recv,
-                c.count as usize,
-                c.dtype,
-                lroot,
-                self.stream,
-            )?;
-            self.copy(self.scratch_addr(0), c.recv.addr, self.bytes(c.count))?;
+        if at_root {
             let sends = self.along_rail(root_host, block, |_| j * block);
             return self.exchange(&sends, &[]);
         }
+        self.grow(0, l * block)?;
         let from = Msg {
             tag: self.seq,
             peer: self.rail()[root_host],
@@ -1139,55 +1398,6 @@ impl<'a> Run<'_, 'a> {
         self.local()
             .all_gather(mine, all, shard as usize, c.dtype, self.stream)?;
         self.copy(c.recv.addr, self.scratch_addr(1), self.bytes(c.count))
-    }
-
-    fn broadcast(&mut self) -> Result<()> {
-        if let Some(l) = self.rails() {
-            return self.broadcast_on_rails(l);
-        }
-        let c = self.call;
-        let block = self.bytes(c.count);
-        let lroot = self.local_leader();
-        let root_host = self.hosts.place(c.root).0;
-        if self.me() == c.root {
-            // The root's host: its own broadcast; every other host's leader gets a copy.
-            self.local().broadcast(
-                c.send,
-                c.recv,
-                c.count as usize,
-                c.dtype,
-                lroot,
-                self.stream,
-            )?;
-            self.grow(0, block)?;
-            self.copy(self.scratch_addr(0), c.send.addr, block)?;
-            let leaders = self.leaders(self.root());
-            let sends: Vec<Msg> = (0..leaders.len())
-                .filter(|&h| h != root_host)
-                .map(|h| Msg {
-                    tag: self.seq,
-                    peer: leaders[h],
-                    buf: 0,
-                    offset: 0,
-                    bytes: block,
-                })
-                .collect();
-            return self.exchange(&sends, &[]);
-        }
-        if self.is_leader() && self.hosts.mine != root_host {
-            self.grow(0, block)?;
-            let s = self.scratch_addr(0);
-            let from = Msg {
-                tag: self.seq,
-                peer: c.root,
-                buf: 0,
-                offset: 0,
-                bytes: block,
-            };
-            self.exchange(&[], &[from])?;
-            self.copy(c.recv.addr, s, block)?;
-        }
-        self.spread_from_leader()
     }
 
     /// All-gather on rails (`l` ranks on every host): every rank swaps its block with its rail
@@ -1440,17 +1650,7 @@ impl<'a> Run<'_, 'a> {
                     at += block;
                 }
             }
-            let leaders = self.leaders(self.root());
-            let sends: Vec<Msg> = (0..hosts.len())
-                .filter(|&h| h != root_host)
-                .map(|h| Msg {
-                    tag: self.seq,
-                    peer: leaders[h],
-                    buf: 0,
-                    offset: starts[h],
-                    bytes: hosts[h].len() as u64 * block,
-                })
-                .collect();
+            let sends = self.to_leaders(root_host, |h| (starts[h], hosts[h].len() as u64 * block));
             self.exchange(&sends, &[])?;
             let p = self.scratch_ref(0).part(starts[mine], local_n * block);
             return self

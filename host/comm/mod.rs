@@ -45,7 +45,8 @@ use crate::{Error, Result};
 
 pub use coll::{BufferRef, DataType, P2pGroup, RedOp};
 pub use options::{
-    CommOptions, DEFAULT_DEVICE_TIMEOUT, DEFAULT_HEARTBEAT, DEFAULT_PEER_TIMEOUT, Device,
+    CommOptions, DEFAULT_DEVICE_TIMEOUT, DEFAULT_HEARTBEAT, DEFAULT_HOSTS_CHUNK_BYTES,
+    DEFAULT_PEER_TIMEOUT, Device,
 };
 pub(crate) use record::error_from_record;
 pub use window::{Window, WindowHandle};

@@ -14,6 +14,8 @@ pub const DEFAULT_DEVICE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
 /// Default silence after which a rank is declared lost (`SYMCOMM_PEER_TIMEOUT`).
 pub const DEFAULT_PEER_TIMEOUT: Duration = Duration::from_secs(15);
+/// Default bytes per pipelined chunk of an all-reduce across hosts (`SYMCOMM_HOSTS_CHUNK_BYTES`).
+pub const DEFAULT_HOSTS_CHUNK_BYTES: u64 = 4 << 20;
 
 /// Where a communicator's kernels run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +112,11 @@ pub struct CommOptions {
     /// under the emulator's residency scheduler (`SYMCOMM_EMU_GEOMETRY=cuda`; slower). No effect
     /// on CUDA.
     pub emu_cuda_geometry: bool,
+    /// Bytes of the vector per chunk of an all-reduce across hosts (`SYMCOMM_HOSTS_CHUNK_BYTES`,
+    /// at least 1): larger calls are cut into chunks whose phases on this host overlap the
+    /// previous chunk's exchange between hosts. Must be the same on every rank (the first
+    /// collective across hosts refuses ranks that differ).
+    pub hosts_chunk_bytes: u64,
 }
 
 impl Default for CommOptions {
@@ -119,6 +126,7 @@ impl Default for CommOptions {
             heartbeat: DEFAULT_HEARTBEAT,
             peer_timeout: DEFAULT_PEER_TIMEOUT,
             emu_cuda_geometry: false,
+            hosts_chunk_bytes: DEFAULT_HOSTS_CHUNK_BYTES,
         }
     }
 }
@@ -153,6 +161,13 @@ impl CommOptions {
                 }
             };
         }
+        if let Some(v) = raw_value("SYMCOMM_HOSTS_CHUNK_BYTES") {
+            o.hosts_chunk_bytes = v.trim().parse().map_err(|_| {
+                Error::InvalidArgument(format!(
+                    "SYMCOMM_HOSTS_CHUNK_BYTES={v}: expected a number of bytes"
+                ))
+            })?;
+        }
         o.validate()?;
         Ok(o)
     }
@@ -167,6 +182,13 @@ impl CommOptions {
     #[must_use]
     pub fn with_emu_cuda_geometry(mut self, on: bool) -> Self {
         self.emu_cuda_geometry = on;
+        self
+    }
+
+    /// Sets [`CommOptions::hosts_chunk_bytes`].
+    #[must_use]
+    pub fn with_hosts_chunk_bytes(mut self, bytes: u64) -> Self {
+        self.hosts_chunk_bytes = bytes;
         self
     }
 
@@ -188,6 +210,11 @@ impl CommOptions {
         if self.device_timeout.is_zero() {
             return Err(Error::InvalidArgument(
                 "the device timeout must not be zero".into(),
+            ));
+        }
+        if self.hosts_chunk_bytes == 0 {
+            return Err(Error::InvalidArgument(
+                "the chunk size across hosts (SYMCOMM_HOSTS_CHUNK_BYTES) must not be zero".into(),
             ));
         }
         Ok(())

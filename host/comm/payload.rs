@@ -50,11 +50,13 @@ pub(crate) enum Tag {
     Ucx = 0x302,
     /// The first collective across hosts: every rank's UCX worker address (raw bytes).
     UcxAddress = 0x303,
+    /// The first collective across hosts: every rank's pipeline chunk bytes (a `u64`).
+    HostsChunk = 0x304,
 }
 
 impl Tag {
     /// Every tag, for lookups by number.
-    const ALL: [Tag; 13] = [
+    const ALL: [Tag; 14] = [
         Tag::Init,
         Tag::Links,
         Tag::LinksDone,
@@ -68,6 +70,7 @@ impl Tag {
         Tag::Split,
         Tag::Ucx,
         Tag::UcxAddress,
+        Tag::HostsChunk,
     ];
 
     /// The wire number.
@@ -296,6 +299,19 @@ pub(crate) fn decode_lane_proposal(payload: &[u8]) -> Result<Outcome<LaneProposa
     })
 }
 
+/// A rank's pipeline chunk size across hosts ([`Tag::HostsChunk`]): `[bytes u64]`.
+pub(crate) fn encode_chunk_bytes(bytes: u64) -> Vec<u8> {
+    bytes.to_be_bytes().to_vec()
+}
+
+/// A peer's [`encode_chunk_bytes`].
+pub(crate) fn decode_chunk_bytes(payload: &[u8]) -> Result<u64, FrameError> {
+    let mut c = Cursor::new(payload);
+    let bytes = c.u64("chunk bytes")?;
+    c.end()?;
+    Ok(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -338,7 +354,7 @@ mod tests {
             numbers,
             [
                 0x100, 0x101, 0x102, 0x103, 0x104, 0x200, 0x201, 0x202, 0x203, 0x300, 0x301, 0x302,
-                0x303
+                0x303, 0x304
             ]
         );
         for t in Tag::ALL {
@@ -383,6 +399,13 @@ mod tests {
         assert!(message.len() <= MAX_PEER_MESSAGE);
         assert!(message.starts_with("invalid argument: éé"), "{message}");
         assert!(MAX_PEER_MESSAGE - message.len() < 2);
+    }
+
+    #[test]
+    fn chunk_sizes_round_trip() {
+        for bytes in [1, 4 << 20, u64::MAX] {
+            round_trip(&encode_chunk_bytes(bytes), decode_chunk_bytes, &bytes);
+        }
     }
 
     #[test]

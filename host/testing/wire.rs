@@ -316,8 +316,8 @@ fn decode_payload(kind: FrameType, p: &[u8], nranks: u32) -> Result<Message, Fra
 
 /// The control-plane steps' tag numbers (`comm::payload::Tag`) whose contributions have a
 /// decoder: every tag but the barrier's, which carries no payload.
-pub const CONTROL_TAGS: [u32; 12] = [
-    0x100, 0x101, 0x102, 0x103, 0x104, 0x200, 0x201, 0x202, 0x203, 0x301, 0x302, 0x303,
+pub const CONTROL_TAGS: [u32; 13] = [
+    0x100, 0x101, 0x102, 0x103, 0x104, 0x200, 0x201, 0x202, 0x203, 0x301, 0x302, 0x303, 0x304,
 ];
 
 /// Decodes `data` as a rank's contribution to the control-plane step numbered `tag` (the data
@@ -351,6 +351,9 @@ pub fn control_round_trip(tag: u32, data: &[u8]) -> Option<Result<Vec<u8>, Strin
             .map(|r| p::encode_split_request(&r))
             .map_err(text),
         Tag::UcxAddress => Ok(data.to_vec()),
+        Tag::HostsChunk => p::decode_chunk_bytes(data)
+            .map(p::encode_chunk_bytes)
+            .map_err(text),
         Tag::Barrier => return None,
     })
 }

@@ -75,6 +75,17 @@ pub(crate) fn try_with_ranks_on_hosts<T: Send>(
     options: &CommOptions,
     body: impl Fn(Arc<Communicator>) -> std::result::Result<T, String> + Sync,
 ) -> std::result::Result<Vec<T>, String> {
+    let options = vec![options.clone(); hosts.len()];
+    try_with_ranks_on_hosts_using(device, hosts, &options, body)
+}
+
+/// [`try_with_ranks_on_hosts`] with rank `r`'s options `options[r]`.
+pub(crate) fn try_with_ranks_on_hosts_using<T: Send>(
+    device: Device,
+    hosts: &[&str],
+    options: &[CommOptions],
+    body: impl Fn(Arc<Communicator>) -> std::result::Result<T, String> + Sync,
+) -> std::result::Result<Vec<T>, String> {
     let nranks = hosts.len() as u32;
     let id = UniqueId::new_on(IpAddr::V4(Ipv4Addr::LOCALHOST)).map_err(|e| e.to_string())?;
     thread::scope(|s| {
@@ -85,7 +96,7 @@ pub(crate) fn try_with_ranks_on_hosts<T: Send>(
                     let c = BootstrapConfig::new(id.clone(), r, nranks)
                         .with_timeout(Duration::from_secs(60))
                         .with_host_id(hosts[r as usize]);
-                    let comm = Communicator::init_with(&c, device, options)
+                    let comm = Communicator::init_with(&c, device, &options[r as usize])
                         .map_err(|e| format!("init: {e}"))?;
                     body(comm)
                 })
