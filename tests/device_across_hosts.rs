@@ -1,5 +1,5 @@
-//! Device-initiated operations across hosts, and the limits of host calls there, on the
-//! emulator: ranks on simulated hosts (distinct `SYMCOMM_HOST_ID`s, UCX over TCP between them),
+//! Device-initiated operations across hosts, and how host calls there meet streams and graphs,
+//! on the emulator: ranks on simulated hosts (distinct `SYMCOMM_HOST_ID`s, UCX over TCP between them),
 //! kernels that signal and put to ranks of their own host with stores and to other hosts' ranks
 //! through the proxy — the same calls.
 //!
@@ -15,9 +15,14 @@
 //!   the host collectives.
 //! - `a_kernel_waiting_for_a_lost_host_returns_promptly`: a kernel waiting for a signal from a
 //!   rank of another host that aborts returns Aborted at once, not at its deadline.
-//! - `capturing_a_call_across_hosts_is_refused_and_the_next_call_passes`: graph capture of a
-//!   collective or send/recv across hosts is `Unsupported`, captures nothing, and the
-//!   communicator stays usable.
+//! - `calls_across_hosts_replay_from_a_graph`: an all-reduce and a send/recv ring across hosts
+//!   captured in a graph, replayed with new inputs between calls made outside it, bit-exact.
+//! - `calls_across_hosts_do_not_block_the_caller`: a call returns while its stream is still busy
+//!   with earlier work, and runs once the stream gets there.
+//! - `calls_on_two_streams_run_in_the_order_they_were_made`: calls on two streams, one of them
+//!   held up on one rank only, still meet in the same order on every rank.
+//! - `a_failed_call_across_hosts_is_reported_and_its_stream_goes_on`: a call whose peer is gone
+//!   lets its stream go on, and `check_error` and the next call report the loss.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -306,46 +311,208 @@ fn a_kernel_waiting_for_a_lost_host_returns_promptly() {
     );
 }
 
-/// A collective or send/recv across hosts on a capturing stream is refused with `Unsupported`
-/// (its inter-host phase runs on the calling thread), nothing is captured, and the next call
-/// outside the capture passes.
+/// An all-reduce (windows) and a send/recv ring (buffers) across hosts captured in a graph and
+/// replayed three times with new inputs, with an all-reduce outside the graph between replays:
+/// every result bit-exact.
 #[test]
-fn capturing_a_call_across_hosts_is_refused_and_the_next_call_passes() {
-    const COUNT: usize = 257;
-    let results = on_hosts(&["h0", "h1"], |comm| {
-        let (rank, peer) = (comm.rank(), 1 - comm.rank());
+fn calls_across_hosts_replay_from_a_graph() {
+    const COUNT: usize = 1001;
+    let hosts = ["h0", "h1", "h0", "h1"];
+    let n = hosts.len() as i32;
+    let results = on_hosts(&hosts, |comm| {
+        let (rank, nranks) = (comm.rank(), comm.nranks());
+        let (next, prev) = ((rank + 1) % nranks, (rank + nranks - 1) % nranks);
         let send = comm.alloc_window::<i32>(COUNT).unwrap();
         let recv = comm.alloc_window::<i32>(COUNT).unwrap();
-        send.write(0, &vec![rank as i32 + 1; COUNT]).unwrap();
+        let out = comm.alloc_buffer(COUNT * 4).unwrap();
+        let got_ring = comm.alloc_buffer(COUNT * 4).unwrap();
         let stream = comm.create_stream().unwrap();
         stream.begin_capture().unwrap();
-        let coll = comm.all_reduce(&send, &recv, COUNT, DataType::I32, RedOp::Sum, &stream);
-        let p2p = comm.group(&stream, |g| {
-            g.send(&send, COUNT, DataType::I32, peer)?;
-            g.recv(&recv, COUNT, DataType::I32, peer)
-        });
-        let captured = stream.end_capture().unwrap().is_empty();
         comm.all_reduce(&send, &recv, COUNT, DataType::I32, RedOp::Sum, &stream)
             .unwrap();
-        stream.synchronize().unwrap();
-        (coll, p2p, captured, recv.to_vec().unwrap())
-    });
-    for (rank, (coll, p2p, empty, got)) in results.into_iter().enumerate() {
-        for (what, r) in [("all_reduce", coll), ("send/recv", p2p)] {
-            match r {
-                Err(Error::Unsupported(m)) => {
-                    assert!(m.contains("captured"), "rank {rank}: {what}: {m}")
-                }
-                other => panic!("rank {rank}: {what} while capturing: {other:?}"),
-            }
+        comm.group(&stream, |g| {
+            g.send(&send, COUNT, DataType::I32, next)?;
+            g.recv(&got_ring, COUNT, DataType::I32, prev)
+        })
+        .unwrap();
+        let graph = stream.end_capture().unwrap();
+        let mut wrong = Vec::new();
+        for replay in 0..3i32 {
+            let value = |r: i32, i: i32| i * 7 + r * 100 + replay * 1000;
+            let mine: Vec<i32> = (0..COUNT as i32).map(|i| value(rank as i32, i)).collect();
+            send.write(0, &mine).unwrap();
+            graph.launch(&stream).unwrap();
+            // Outside the graph, on the same stream: twice the sum of the inputs.
+            comm.all_reduce(&recv, &out, COUNT, DataType::I32, RedOp::Sum, &stream)
+                .unwrap();
+            stream.synchronize().unwrap();
+            comm.check_error().unwrap();
+            let sum = |i: i32| (0..n).map(|r| value(r, i)).sum::<i32>();
+            let (r, o) = (recv.to_vec().unwrap(), values(&out, COUNT));
+            let ring = values(&got_ring, COUNT);
+            let count = |f: &dyn Fn(usize) -> bool| (0..COUNT).filter(|&i| !f(i)).count();
+            wrong.push([
+                count(&|i| r[i] == sum(i as i32)),
+                count(&|i| o[i] == n * sum(i as i32)),
+                count(&|i| ring[i] == value(prev as i32, i as i32)),
+            ]);
         }
-        assert!(
-            empty,
-            "rank {rank}: the refused calls left nodes in the graph"
-        );
-        assert!(
-            got.iter().all(|&v| v == 3),
-            "rank {rank}: all-reduce after the capture"
+        wrong
+    });
+    for (rank, wrong) in results.iter().enumerate() {
+        assert_eq!(
+            wrong,
+            &vec![[0; 3]; 3],
+            "rank {rank}: #wrong per replay [graph all-reduce, all-reduce after it, ring]"
         );
     }
+}
+
+/// The first `n` i32 of `buf`.
+fn values(buf: &Buffer, n: usize) -> Vec<i32> {
+    let mut v = vec![0i32; n];
+    buf.read(0, &mut v).unwrap();
+    v
+}
+
+/// Holds a stream with work of the caller's (an emulator host function) for `held` (from
+/// another thread: the caller goes on meanwhile), or until dropped first (dropping a stream
+/// waits for its work, so a test that fails early must release it).
+struct Hold(Arc<std::sync::atomic::AtomicBool>);
+
+impl Hold {
+    fn on(stream: &symcomm::Stream, held: Duration) -> Hold {
+        let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let f = Arc::clone(&flag);
+        stream
+            .enqueue_host(move || {
+                while !f.load(std::sync::atomic::Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Ok(())
+            })
+            .unwrap();
+        let f = Arc::clone(&flag);
+        std::thread::spawn(move || {
+            std::thread::sleep(held);
+            f.store(true, std::sync::atomic::Ordering::Release);
+        });
+        Hold(flag)
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// A call across hosts returns while its stream still runs earlier work (held for `HELD`),
+/// and its result is right once the stream got there.
+#[test]
+fn calls_across_hosts_do_not_block_the_caller() {
+    const COUNT: usize = 4099;
+    const HELD: Duration = Duration::from_millis(1500);
+    let results = on_hosts(&["h0", "h1"], |comm| {
+        let rank = comm.rank() as i32;
+        let buf = comm.alloc_buffer(COUNT * 4).unwrap();
+        buf.write(0, &vec![rank + 1; COUNT]).unwrap();
+        let stream = comm.create_stream().unwrap();
+        // The first call sets up the worker's stream on the host's communicator.
+        comm.all_reduce(&buf, &buf, COUNT, DataType::I32, RedOp::Sum, &stream)
+            .unwrap();
+        stream.synchronize().unwrap();
+        let _hold = Hold::on(&stream, HELD);
+        let t = std::time::Instant::now();
+        comm.all_reduce(&buf, &buf, COUNT, DataType::I32, RedOp::Sum, &stream)
+            .unwrap();
+        let returned = t.elapsed();
+        stream.synchronize().unwrap();
+        comm.check_error().unwrap();
+        let got = values(&buf, COUNT);
+        // (1 + 2), then twice that.
+        (returned, got.iter().filter(|&&v| v != 6).count())
+    });
+    for (rank, (returned, wrong)) in results.iter().enumerate() {
+        assert_eq!(*wrong, 0, "rank {rank}: #wrong");
+        assert!(
+            *returned < HELD / 3,
+            "rank {rank}: the call returned after {returned:?}, its stream held for {HELD:?}"
+        );
+    }
+}
+
+/// Every rank makes an all-reduce on one stream, then one on a second stream; rank 0's first
+/// stream is held for a while, the other ranks' second. The calls must still meet in the order
+/// they were made (else the ranks would pair different calls): both results right on every
+/// rank.
+#[test]
+fn calls_on_two_streams_run_in_the_order_they_were_made() {
+    const COUNT: usize = 1000;
+    let results = on_hosts(&["h0", "h1", "h1"], |comm| {
+        let rank = comm.rank() as i32;
+        let a = comm.alloc_buffer(COUNT * 4).unwrap();
+        let b = comm.alloc_buffer(COUNT * 4).unwrap();
+        a.write(0, &vec![rank + 1; COUNT]).unwrap();
+        b.write(0, &vec![10 * (rank + 1); COUNT]).unwrap();
+        let (s1, s2) = (comm.create_stream().unwrap(), comm.create_stream().unwrap());
+        // Rank 0's first stream is held, the others' second: calls that ran in the order
+        // their streams reach them would meet in different orders.
+        let _hold = Hold::on(if rank == 0 { &s1 } else { &s2 }, Duration::from_millis(300));
+        comm.all_reduce(&a, &a, COUNT, DataType::I32, RedOp::Sum, &s1)
+            .unwrap();
+        comm.all_reduce(&b, &b, COUNT, DataType::I32, RedOp::Sum, &s2)
+            .unwrap();
+        s1.synchronize().unwrap();
+        s2.synchronize().unwrap();
+        comm.check_error().unwrap();
+        let wrong = |buf: &Buffer, want: i32| {
+            values(buf, COUNT)
+                .iter()
+                .filter(|&&v| v != want)
+                .count()
+        };
+        (wrong(&a, 6), wrong(&b, 60))
+    });
+    for (rank, wrong) in results.iter().enumerate() {
+        assert_eq!(*wrong, (0, 0), "rank {rank}: #wrong (first call, second call)");
+    }
+}
+
+/// Rank 1 aborts while rank 0's all-reduce waits behind held work: once the stream reaches the
+/// call, the exchange fails at once, the stream goes on (no hang), and `check_error` and the
+/// next call report the lost peer.
+#[test]
+fn a_failed_call_across_hosts_is_reported_and_its_stream_goes_on() {
+    const COUNT: usize = 777;
+    let results = on_hosts(&["h0", "h1"], |comm| {
+        let buf = comm.alloc_buffer(COUNT * 4).unwrap();
+        let stream = comm.create_stream().unwrap();
+        comm.all_reduce(&buf, &buf, COUNT, DataType::I32, RedOp::Sum, &stream)
+            .unwrap();
+        stream.synchronize().unwrap();
+        comm.barrier().unwrap();
+        if comm.rank() == 1 {
+            comm.abort();
+            return None;
+        }
+        let _hold = Hold::on(&stream, Duration::from_millis(500));
+        comm.all_reduce(&buf, &buf, COUNT, DataType::I32, RedOp::Sum, &stream)
+            .unwrap();
+        let t = std::time::Instant::now();
+        let synced = stream.synchronize();
+        let took = t.elapsed();
+        let next = comm.all_reduce(&buf, &buf, COUNT, DataType::I32, RedOp::Sum, &stream);
+        Some((synced, took, comm.check_error(), next))
+    });
+    let (synced, took, checked, next) = results[0].as_ref().expect("rank 0's outcome");
+    assert!(synced.is_ok(), "the stream failed: {synced:?}");
+    assert!(*took < Duration::from_secs(10), "the stream passed the call after {took:?}");
+    for (what, r) in [("check_error", checked), ("the next call", next)] {
+        match r {
+            Err(Error::PeerLost { rank: 1, .. }) => {}
+            other => panic!("{what} on rank 0: {other:?}"),
+        }
+    }
+    println!("a call across hosts whose peer was lost: its stream went on after {took:?}");
 }

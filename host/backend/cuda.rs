@@ -47,6 +47,7 @@ pub use module::{CudaFunction, CudaModule};
 pub use nvrtc::nvrtc_version;
 pub use probe::{CudaInfo, GpuInfo, driver_present, mps_enabled, probe};
 pub(crate) use proxy::ProxyCopies;
+pub(crate) use stream::HostCallback;
 pub use stream::{Event, Graph, Stream};
 pub use vmm::{HostMapped, VmmRange, VmmSegment, gpu_uuid};
 

@@ -29,12 +29,15 @@
 //! Reductions happen on the device: partial results of every host are combined in host order
 //! with `symcomm_combine`, so every rank gets the same bits.
 //!
-//! The UCX phase runs on the calling thread: the call waits until its stream has run the first
-//! phase (so it blocks, and cannot be captured in a graph), moves the bytes within
-//! [`Communicator::op_timeout`] and returns with the last phase queued. All-reduce is pipelined
-//! in chunks of [`CommOptions::hosts_chunk_bytes`](crate::CommOptions::hosts_chunk_bytes): the
-//! next chunk's first phase runs on the stream while this thread moves the current chunk's
-//! bytes between hosts, and the current chunk's last phase while it moves the next one's.
+//! Calls are stream-ordered and asynchronous, as on one host, and can be captured in graphs: the
+//! caller's stream hands each call to this rank's worker thread and waits for it (`worker.rs`),
+//! and the worker runs the three phases on a stream of its own, moving the bytes between hosts
+//! within [`Communicator::op_timeout`] per exchange. All-reduce, reduce and broadcast are
+//! pipelined in chunks of [`CommOptions::hosts_chunk_bytes`](crate::CommOptions::hosts_chunk_bytes):
+//! the next chunk's first phase runs on the worker's stream while the worker moves the current
+//! chunk's bytes between hosts, and the current chunk's last phase while it moves the next one's.
+
+mod worker;
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -67,6 +70,9 @@ const ADDRESS_CHUNK: usize = 960;
 
 /// The multi-host state of a communicator, set up by its first collective across hosts.
 pub(super) struct Hosts {
+    /// The thread that runs the calls, and the words their streams wait on (`worker.rs`).
+    /// Declared before the rest: its drop ends the thread first.
+    worker: worker::Worker,
     /// This host's ranks (rank `i` of it is `hosts[mine][i]` of the parent).
     local: Arc<Communicator>,
     ucx: Ucx,
@@ -87,6 +93,9 @@ pub(super) struct Hosts {
     /// ([`CommOptions::hosts_chunk_bytes`](crate::CommOptions::hosts_chunk_bytes), the same on
     /// every rank).
     chunk_bytes: u64,
+    gates: Arc<worker::Gates>,
+    /// The first call that failed: every later call and `check_error` report it.
+    failed: OnceLock<Error>,
 }
 
 /// Starts this rank's proxy, with UCX endpoints of its own to the ranks of other hosts
@@ -227,40 +236,53 @@ impl Communicator {
         }
     }
 
-    /// A validated collective call of a communicator whose ranks span several hosts.
+    /// A validated collective call of a communicator whose ranks span several hosts: queued on
+    /// `stream` for this rank's worker (`worker.rs`).
     pub(super) fn collective_across_hosts(&self, call: &Call<'_>, stream: &Stream) -> Result<()> {
-        if stream.is_capturing() {
-            return Err(Error::Unsupported(format!(
-                "{} across hosts cannot be captured in a graph (its inter-host phase runs on \
-                 the calling thread)",
-                call.coll.name()
-            )));
-        }
         let hosts = self.hosts()?;
+        // SAFETY: the caller's buffers stay valid until its stream has passed the call (the
+        // collectives' contract); a graph that captures it keeps them (`submit` retains them).
         // Windows of this communicator are plain memory to the host's communicator.
-        let call = Call {
-            send: call.send.as_plain(),
-            recv: call.recv.as_plain(),
-            ..*call
-        };
-        hosts.run(self, &call, stream)
+        let detached = unsafe { worker::detach(call) };
+        let bytes = call.send.bytes.max(call.recv.bytes);
+        let pieces = 1 + bytes / hosts.chunk_bytes.max(1);
+        hosts.submit(
+            self,
+            worker::Work::Collective(detached),
+            stream,
+            &[&call.send, &call.recv],
+            call.coll.name(),
+            pieces,
+        )
     }
-}
 
-impl Communicator {
-    /// A validated send/recv group of a communicator whose ranks span several hosts: the
-    /// operations with ranks of this host as one group of the host's communicator, the others
-    /// over UCX (through scratch memory); returns when every operation has finished.
-    pub(super) fn group_across_hosts(&self, ops: &[P2pOp], stream: &Stream) -> Result<()> {
-        if stream.is_capturing() {
-            return Err(Error::Unsupported(
-                "send/recv across hosts cannot be captured in a graph (its inter-host phase \
-                 runs on the calling thread)"
-                    .to_owned(),
-            ));
-        }
+    /// A validated send/recv group of a communicator whose ranks span several hosts: queued as
+    /// a collective is (the operations with ranks of this host as one group of the host's
+    /// communicator, the others over UCX through scratch memory).
+    pub(super) fn group_across_hosts(
+        &self,
+        ops: &[P2pOp],
+        refs: &[BufferRef<'_>],
+        stream: &Stream,
+    ) -> Result<()> {
         let hosts = self.hosts()?;
-        hosts.group(self, ops, stream)
+        let refs: Vec<&BufferRef<'_>> = refs.iter().collect();
+        hosts.submit(
+            self,
+            worker::Work::Group(ops.to_vec()),
+            stream,
+            &refs,
+            "send/recv",
+            1,
+        )
+    }
+
+    /// The first failed call across hosts, if one failed (`check_error`).
+    pub(super) fn hosts_fault(&self) -> Option<Error> {
+        match self.hosts.get() {
+            Some(Ok(h)) => h.failed.get().cloned(),
+            _ => None,
+        }
     }
 }
 
@@ -437,7 +459,16 @@ impl Hosts {
             sent_bytes: AtomicU64::new(0),
             proxy,
             chunk_bytes,
+            worker: worker::Worker::start(comm)?,
+            gates: Arc::new(worker::Gates::new(comm.backend())),
+            failed: OnceLock::new(),
         })
+    }
+
+    /// Keeps `e` as the first failure of a call across hosts.
+    fn fail(&self, e: Error) {
+        tracing::warn!(target: "symcomm::hosts", "a call across hosts failed: {e}");
+        let _ = self.failed.set(e);
     }
 
     /// Device address of this rank's proxy queue (`DevComm::proxy`).

@@ -423,6 +423,9 @@ impl Communicator {
         if let Some(rec) = self.block.error() {
             return Err(error_from_record(&rec));
         }
+        if let Some(e) = self.hosts_fault() {
+            return Err(e);
+        }
         if self.block.abort_raised() {
             return Err(control::aborted_error(self.rank));
         }

@@ -516,6 +516,135 @@ impl Stream {
         }
     }
 
+    /// Enqueues `f` to run on the host in stream order: after everything queued before it has
+    /// finished, before anything queued after it starts. CUDA: `cuLaunchHostFunc`, on a driver
+    /// thread — so `f` must not call CUDA, nor wait for work that is not ordered before it, and
+    /// whatever it drops must not either; emulator: the stream's worker. A panic in `f` is
+    /// caught and logged (CUDA) or fails the stream (emulator).
+    ///
+    /// While capturing, `f` is recorded and runs on every launch of the graph, which keeps it;
+    /// in a capture begun outside symcomm (CUDA), `f` is kept for the life of the process.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`]; the sticky error of a failed emulator stream.
+    pub(crate) fn call_host<F>(&self, f: F) -> Result<()>
+    where
+        F: Fn() + Send + Sync + 'static,
+    {
+        match &self.inner {
+            PerBackend::Cuda(s) => {
+                // Held across the call, as for launches: a capture cannot end in between.
+                let mut capture = self.capture();
+                let callback = Arc::new(cuda::HostCallback(Box::new(f)));
+                if let Some(c) = capture.as_mut() {
+                    s.call_host(Arc::clone(&callback), false)?;
+                    c.retain([callback as Retained]);
+                } else if s.is_capturing() {
+                    s.call_host(Arc::clone(&callback), false)?;
+                    // No graph of ours to keep it: it lives as long as the process.
+                    std::mem::forget(callback);
+                } else {
+                    s.call_host(callback, true)?;
+                }
+                Ok(())
+            }
+            PerBackend::Emu(emu) => self.submit(
+                emu,
+                Arc::new(move || {
+                    f();
+                    Ok(())
+                }),
+                &Vec::new,
+            ),
+        }
+    }
+
+    /// Enqueues a wait until the 32-bit word at device address `addr` holds `value`: later work
+    /// of the stream starts only then. CUDA: `cuStreamWaitValue32` (`EQ`), which has no bound of
+    /// its own — whoever writes the word must guarantee that it does; emulator: a host item
+    /// polling the word, which fails the stream with `timeout` after `bound`.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`]; the sticky error of a failed emulator stream.
+    ///
+    /// # Safety
+    /// `addr` is a 4-aligned word of device-mapped host memory (emulator: host memory) that
+    /// stays allocated until the wait finished (while capturing: for every launch of the graph).
+    pub(crate) unsafe fn wait_word(
+        &self,
+        addr: u64,
+        value: u32,
+        bound: std::time::Duration,
+        timeout: Error,
+    ) -> Result<()> {
+        match &self.inner {
+            PerBackend::Cuda(s) => {
+                let _capture = self.capture();
+                // SAFETY: forwarded from this function's contract.
+                unsafe { s.wait_word(addr, value) }
+            }
+            PerBackend::Emu(emu) => self.submit(
+                emu,
+                Arc::new(move || {
+                    // SAFETY: a live, aligned word (this function's contract), accessed
+                    // atomically by every party.
+                    let word = unsafe {
+                        std::sync::atomic::AtomicU32::from_ptr(
+                            std::ptr::with_exposed_provenance_mut::<u32>(addr as usize),
+                        )
+                    };
+                    let deadline = std::time::Instant::now() + bound;
+                    let mut spins = 0u32;
+                    while word.load(std::sync::atomic::Ordering::Acquire) != value {
+                        if std::time::Instant::now() >= deadline {
+                            return Err(timeout.clone());
+                        }
+                        spins += 1;
+                        if spins < 64 {
+                            std::thread::yield_now();
+                        } else {
+                            std::thread::sleep(std::time::Duration::from_micros(50));
+                        }
+                    }
+                    Ok(())
+                }),
+                &Vec::new,
+            ),
+        }
+    }
+
+    /// Enqueues storing `value` into the 32-bit word at device address `addr`, after everything
+    /// queued before it. CUDA: `cuStreamWriteValue32`; emulator: an atomic release store.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`]; the sticky error of a failed emulator stream.
+    ///
+    /// # Safety
+    /// As for [`Self::wait_word`], until the store ran.
+    pub(crate) unsafe fn write_word(&self, addr: u64, value: u32) -> Result<()> {
+        match &self.inner {
+            PerBackend::Cuda(s) => {
+                let _capture = self.capture();
+                // SAFETY: forwarded from this function's contract.
+                unsafe { s.write_word(addr, value) }
+            }
+            PerBackend::Emu(emu) => self.submit(
+                emu,
+                Arc::new(move || {
+                    // SAFETY: as for `wait_word`.
+                    let word = unsafe {
+                        std::sync::atomic::AtomicU32::from_ptr(
+                            std::ptr::with_exposed_provenance_mut::<u32>(addr as usize),
+                        )
+                    };
+                    word.store(value, std::sync::atomic::Ordering::Release);
+                    Ok(())
+                }),
+                &Vec::new,
+            ),
+        }
+    }
+
     /// Blocks until all work enqueued on this stream so far has finished.
     ///
     /// # Errors

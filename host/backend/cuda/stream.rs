@@ -295,6 +295,75 @@ impl Stream {
         })
     }
 
+    /// Enqueues `callback` to run on a driver thread in stream order (`cuLaunchHostFunc`):
+    /// after everything queued before it finished, before what is queued after it starts. The
+    /// callback must not call CUDA, block on work that is not ordered before it, or panic
+    /// across the call (a panic is caught and logged). `owned`: the callback runs once and the
+    /// trampoline frees it (an ordinary launch); otherwise the caller keeps `callback` alive
+    /// for every run (a capture: the graph holds it and runs it on every launch).
+    ///
+    /// # Errors
+    /// [`Error::Cuda`]; nothing is queued then.
+    pub(crate) fn call_host(&self, callback: Arc<HostCallback>, owned: bool) -> Result<()> {
+        self.ctx.bind()?;
+        let (data, tramp): (*const HostCallback, dsys::CUhostFn) = if owned {
+            (Arc::into_raw(callback), Some(run_owned_callback))
+        } else {
+            (Arc::as_ptr(&callback), Some(run_kept_callback))
+        };
+        // SAFETY: the context is current and the stream live; `data` points to a live
+        // callback, freed only by `run_owned_callback` (owned) or kept by the caller.
+        let r = check("cuLaunchHostFunc", unsafe {
+            dsys::cuLaunchHostFunc(self.stream, tramp, data.cast_mut().cast::<c_void>())
+        });
+        if r.is_err() && owned {
+            // SAFETY: the driver refused the call, so the trampoline never runs: the reference
+            // made by `into_raw` above is still ours to drop.
+            drop(unsafe { Arc::from_raw(data) });
+        }
+        r
+    }
+
+    /// Enqueues a wait until the 32-bit word at `addr` equals `value` (`cuStreamWaitValue32`,
+    /// `CU_STREAM_WAIT_VALUE_EQ`): later work of the stream starts only then. The driver's
+    /// wait has no bound: whoever writes the word must guarantee that it does.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`].
+    ///
+    /// # Safety
+    /// `addr` is a 4-aligned word of device-mapped memory (pinned host memory mapped for this
+    /// context) that stays allocated until the wait finished.
+    pub(crate) unsafe fn wait_word(&self, addr: u64, value: u32) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: the context is current and the stream live; the word is the caller's
+        // contract.
+        check("cuStreamWaitValue32_v2", unsafe {
+            dsys::cuStreamWaitValue32_v2(
+                self.stream,
+                addr,
+                value,
+                dsys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as c_uint,
+            )
+        })
+    }
+
+    /// Enqueues storing `value` into the 32-bit word at `addr` (`cuStreamWriteValue32`, default
+    /// flags: after every earlier operation of the stream, with a memory barrier).
+    ///
+    /// # Errors
+    /// [`Error::Cuda`].
+    ///
+    /// # Safety
+    /// As for [`Self::wait_word`], until the store ran.
+    pub(crate) unsafe fn write_word(&self, addr: u64, value: u32) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: as for `wait_word`.
+        check("cuStreamWriteValue32_v2", unsafe {
+            dsys::cuStreamWriteValue32_v2(self.stream, addr, value, 0)
+        })
+    }
+
     /// Starts capturing this stream (`cuStreamBeginCapture`, `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`):
     /// work enqueued from now on is recorded into a graph instead of running, until
     /// [`Self::end_capture`] — which must be called on the same thread. While the capture lasts,
@@ -617,5 +686,31 @@ fn done(call: &'static str, r: dsys::CUresult) -> Result<bool> {
         dsys::CUresult::CUDA_SUCCESS => Ok(true),
         dsys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
         r => Err(cuda_error(call, r)),
+    }
+}
+
+/// A host function queued on a stream ([`Stream::call_host`]); boxed, so that the driver gets a
+/// thin pointer to it.
+pub(crate) struct HostCallback(pub(crate) Box<dyn Fn() + Send + Sync>);
+
+/// Runs a callback queued for one run, and frees it.
+unsafe extern "C" fn run_owned_callback(data: *mut c_void) {
+    // SAFETY: `call_host` passed `Arc::into_raw` of the callback, for this one run.
+    let callback = unsafe { Arc::from_raw(data.cast_const().cast::<HostCallback>()) };
+    run_callback(&callback);
+}
+
+/// Runs a callback that its owner (a graph) keeps alive.
+unsafe extern "C" fn run_kept_callback(data: *mut c_void) {
+    // SAFETY: `call_host` passed `Arc::as_ptr` of a callback that the caller keeps alive for
+    // every run.
+    let callback = unsafe { &*data.cast_const().cast::<HostCallback>() };
+    run_callback(callback);
+}
+
+/// A panic must not unwind into the driver.
+fn run_callback(callback: &HostCallback) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(&callback.0)).is_err() {
+        tracing::error!(target: "symcomm::cuda", "a host function queued on a stream panicked");
     }
 }

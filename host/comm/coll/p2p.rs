@@ -251,7 +251,7 @@ impl Communicator {
             self.control.check_peer(op.peer)?;
         }
         if !self.spans_one_host() {
-            return self.group_across_hosts(&group.ops, stream);
+            return self.group_across_hosts(&group.ops, &group.refs, stream);
         }
         let lane = self.lane(stream)?;
         let threads = tune::base_threads(self.geometry_kind());

@@ -182,7 +182,7 @@ pub struct BufferRef<'a> {
     pub(super) window: Option<(WindowHandleRaw, u64, usize)>,
     /// The [`Buffer`] the memory belongs to: calls record their last use of it, which its drop
     /// waits for.
-    pub(super) buffer: Option<&'a Buffer>,
+    pub(in crate::comm) buffer: Option<&'a Buffer>,
     /// The window's mapping, which a graph that captures the call keeps alive.
     mapping: Option<&'a Arc<FlatMapping>>,
     _borrow: PhantomData<&'a ()>,
@@ -231,16 +231,6 @@ impl<'a> BufferRef<'a> {
         }
     }
 
-    /// The same memory as plain device memory (a window's copy on this rank is that too): what
-    /// the phases of a collective across hosts hand to this host's communicator, which does not
-    /// own the window.
-    pub(in crate::comm) fn as_plain(&self) -> BufferRef<'a> {
-        BufferRef {
-            window: None,
-            ..*self
-        }
-    }
-
     /// Bytes in the buffer.
     pub fn bytes(&self) -> u64 {
         self.bytes
@@ -253,7 +243,7 @@ impl<'a> BufferRef<'a> {
 
     /// What a graph that records a call on this buffer keeps alive: the window's mapping or the
     /// buffer's memory (raw memory: nothing).
-    pub(super) fn retained(&self) -> Option<Retained> {
+    pub(in crate::comm) fn retained(&self) -> Option<Retained> {
         match (self.mapping, self.buffer) {
             (Some(m), _) => Some(Arc::clone(m) as Retained),
             (None, Some(b)) => Some(b.retained()),

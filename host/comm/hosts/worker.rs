@@ -1,0 +1,425 @@
+//! Calls across hosts in stream order, off the calling thread.
+//!
+//! A call across hosts moves bytes between hosts from the host (UCX), between phases that run on
+//! the device. It must start when the caller's stream reaches it, and the stream's later work
+//! must wait for its end — without blocking the caller, and in CUDA graphs too. So a call
+//! queues three things on the caller's stream ([`Hosts::submit`]):
+//!
+//! 1. a host function ([`Stream::call_host`]: `cuLaunchHostFunc`) that hands the call to this
+//!    rank's *worker* thread and does nothing else (a host function must not call CUDA or wait
+//!    for other work);
+//! 2. a wait until the call's *gate*, a word of device-mapped host memory, reads [`RELEASED`]
+//!    ([`Stream::wait_word`]: `cuStreamWaitValue32`);
+//! 3. a store of [`PASSED`] into the gate ([`Stream::write_word`]): the stream is past it, the
+//!    word may serve another call.
+//!
+//! The worker runs calls in the order they arrive, on a stream of its own, waits for that
+//! stream, and releases the gate — also when the call failed: the error is kept, and
+//! [`Communicator::check_error`] and every later call report it. Calls arrive in the order they
+//! were made, the same on every rank: a call waits (an event) for the previous one, whatever its
+//! stream. Every way out of a call and the worker's end release the gate: that is what bounds
+//! the stream's wait on CUDA, whose wait has no timeout of its own (the emulator's has one
+//! besides). A graph replays the three steps: the host function resets the gate to [`QUEUED`]
+//! and hands the call over again.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use symcomm_device::abi::P2pOp;
+
+use super::{Hosts, lock};
+use crate::backend::cuda::HostMapped;
+use crate::backend::emu::memory::HeapBlock;
+use crate::backend::{Backend, PerBackend};
+use crate::comm::Communicator;
+use crate::comm::coll::{BufferRef, Call};
+use crate::stream::{Event, Retained, Stream};
+use crate::{Error, Result};
+
+/// A gate's value while its call is on its way to the worker or running.
+pub(super) const QUEUED: u32 = 0;
+/// Set by the worker (or, once the worker is gone, by whoever finds the call unrun): the stream
+/// may go on.
+pub(super) const RELEASED: u32 = 1;
+/// Set by the stream once past its wait: the gate is free.
+pub(super) const PASSED: u32 = 2;
+
+/// Gate words per page of mapped host memory.
+const GATES_PER_PAGE: usize = 1024;
+
+/// What a call across hosts does on the worker.
+pub(super) enum Work {
+    /// A validated collective; its buffers as raw memory (the caller's contract keeps them
+    /// valid until its stream passed the call).
+    Collective(Call<'static>),
+    /// A validated send/recv group.
+    Group(Vec<P2pOp>),
+}
+
+/// One call on its way: what to do and the gate its stream waits on.
+#[derive(Clone)]
+pub(super) struct Job {
+    work: Arc<Work>,
+    gate: Gate,
+}
+
+/// One gate word, as the host and the device see it.
+#[derive(Clone, Copy)]
+pub(super) struct Gate {
+    /// Host address of the word (page memory, which outlives every use of the gate: see
+    /// [`Gates`]' drop).
+    host: usize,
+    device: u64,
+}
+
+impl Gate {
+    fn word(&self) -> &AtomicU32 {
+        // SAFETY: a 4-aligned word of a page that is freed only once no stream can wait on it
+        // and no job holds it (or never: see `Gates`' drop); every access is atomic.
+        unsafe { AtomicU32::from_ptr(std::ptr::with_exposed_provenance_mut::<u32>(self.host)) }
+    }
+
+    fn set(&self, value: u32) {
+        self.word().store(value, Ordering::Release);
+    }
+
+    fn get(&self) -> u32 {
+        self.word().load(Ordering::Acquire)
+    }
+}
+
+/// A page of gate words.
+struct Page {
+    memory: PerBackend<HostMapped, HeapBlock>,
+}
+
+/// The gate words of one rank's calls across hosts, in pages of mapped host memory. A gate is
+/// free again once its stream has passed it (calls outside graphs) or once the graph that
+/// captured it has dropped ([`KeptGate`]).
+pub(super) struct Gates {
+    backend: Backend,
+    state: Mutex<GateState>,
+}
+
+#[derive(Default)]
+struct GateState {
+    pages: Vec<Page>,
+    free: Vec<Gate>,
+    /// Gates of calls outside graphs, free once they read [`PASSED`].
+    in_flight: Vec<Gate>,
+}
+
+/// A gate a graph keeps: back to the free ones when the graph drops (its drop waits for its last
+/// launch).
+struct KeptGate {
+    gates: Arc<Gates>,
+    gate: Gate,
+}
+
+impl Drop for KeptGate {
+    fn drop(&mut self) {
+        lock(&self.gates.state).free.push(self.gate);
+    }
+}
+
+impl Gates {
+    pub(super) fn new(backend: &Backend) -> Gates {
+        Gates {
+            backend: backend.clone(),
+            state: Mutex::new(GateState::default()),
+        }
+    }
+
+    /// A free gate, reading [`QUEUED`]; `in_flight`: for a call outside a graph (free again
+    /// once passed), else the caller keeps it.
+    fn take(&self, in_flight: bool) -> Result<Gate> {
+        let mut st = lock(&self.state);
+        let st = &mut *st;
+        let (passed, waiting): (Vec<Gate>, Vec<Gate>) =
+            st.in_flight.drain(..).partition(|g| g.get() == PASSED);
+        st.in_flight = waiting;
+        st.free.extend(passed);
+        if st.free.is_empty() {
+            let bytes = GATES_PER_PAGE * 4;
+            let memory = self
+                .backend
+                .make(|d| HostMapped::new(d, bytes), || Ok(HeapBlock::new(bytes)))?;
+            let (host, device) = match &memory {
+                PerBackend::Cuda(m) => (m.host_ptr() as usize, m.device_ptr()),
+                PerBackend::Emu(m) => (m.host_ptr() as usize, m.device_ptr()),
+            };
+            st.free.extend((0..GATES_PER_PAGE).rev().map(|i| Gate {
+                host: host + 4 * i,
+                device: device + 4 * i as u64,
+            }));
+            st.pages.push(Page { memory });
+        }
+        let gate = st
+            .free
+            .pop()
+            .ok_or_else(|| Error::InvalidArgument("no gate word".to_owned()))?;
+        gate.set(QUEUED);
+        if in_flight {
+            st.in_flight.push(gate);
+        }
+        Ok(gate)
+    }
+}
+
+impl Drop for Gates {
+    fn drop(&mut self) {
+        let st = std::mem::take(self.state.get_mut().unwrap_or_else(|e| e.into_inner()));
+        let stuck: Vec<&Gate> = st.in_flight.iter().filter(|g| g.get() != PASSED).collect();
+        if stuck.is_empty() {
+            // cuMemFreeHost synchronizes the GPU: only while symcomm's streams are idle.
+            for page in st.pages {
+                crate::sync_free::release(Box::new(move || drop(page.memory)));
+            }
+            return;
+        }
+        // A stream may still reach (or wait on) these gates, and a host function of its may
+        // still write one: release them, and keep the memory for the life of the process.
+        for g in &stuck {
+            g.set(RELEASED);
+        }
+        tracing::debug!(
+            target: "symcomm::hosts",
+            "{} calls across hosts not yet passed by their streams when the communicator \
+             went: their gates stay allocated",
+            stuck.len()
+        );
+        for page in st.pages {
+            std::mem::forget(page.memory);
+        }
+    }
+}
+
+/// The calls handed to the worker, in arrival order.
+#[derive(Default)]
+pub(super) struct Queue {
+    state: Mutex<QueueState>,
+    arrived: Condvar,
+}
+
+#[derive(Default)]
+struct QueueState {
+    jobs: VecDeque<Job>,
+    closed: bool,
+}
+
+impl Queue {
+    /// The host function's work: the call goes to the worker, or, once the worker is gone, its
+    /// gate is released. Never blocks for long, never calls CUDA, drops nothing that does.
+    fn arrive(&self, job: &Job) {
+        let mut st = lock(&self.state);
+        if st.closed {
+            job.gate.set(RELEASED);
+            return;
+        }
+        job.gate.set(QUEUED);
+        st.jobs.push_back(job.clone());
+        self.arrived.notify_one();
+    }
+
+    /// The next call, waiting for one; `None` once closed.
+    fn next(&self) -> Option<Job> {
+        let mut st = lock(&self.state);
+        loop {
+            if st.closed {
+                return None;
+            }
+            if let Some(job) = st.jobs.pop_front() {
+                return Some(job);
+            }
+            st = self
+                .arrived
+                .wait(st)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+
+    /// No more calls: the ones waiting are released unrun, later arrivals too.
+    fn close(&self) {
+        let mut st = lock(&self.state);
+        st.closed = true;
+        for job in st.jobs.drain(..) {
+            job.gate.set(RELEASED);
+        }
+        self.arrived.notify_all();
+    }
+}
+
+/// The worker thread of one rank's calls across hosts.
+pub(super) struct Worker {
+    queue: Arc<Queue>,
+    thread: Option<JoinHandle<()>>,
+    /// The last call's end on its caller's stream: the next call, on any stream, waits for it
+    /// (calls reach the worker in the order they were made). Locked for a whole submission.
+    last: Mutex<Option<Arc<Event>>>,
+}
+
+impl Worker {
+    /// Starts the worker of `comm` (which must live in its `Arc`).
+    pub(super) fn start(comm: &Communicator) -> Result<Worker> {
+        let stream = Stream::new(comm.backend())?;
+        let queue = Arc::new(Queue::default());
+        let q = Arc::clone(&queue);
+        let me = Weak::clone(&comm.me);
+        let thread = std::thread::Builder::new()
+            .name(format!("symcomm-hosts-{}", comm.rank))
+            .spawn(move || serve(&q, &me, &stream))
+            .map_err(|e| Error::io("starting the worker of calls across hosts".to_owned(), e))?;
+        Ok(Worker {
+            queue,
+            thread: Some(thread),
+            last: Mutex::new(None),
+        })
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.queue.close();
+        if let Some(t) = self.thread.take() {
+            // The worker itself may drop the communicator (it held the last reference while it
+            // ran a call): it ends on its own then.
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+/// The worker's loop: each call on `stream`, then its gate released.
+fn serve(queue: &Queue, comm: &Weak<Communicator>, stream: &Stream) {
+    while let Some(job) = queue.next() {
+        let comm = comm.upgrade();
+        if let Some(comm) = &comm {
+            comm.run_job(&job.work, stream);
+        }
+        job.gate.set(RELEASED);
+        // The communicator may go here (its last holder dropped it meanwhile): that closes the
+        // queue, and the loop ends.
+        drop(comm);
+    }
+}
+
+impl Communicator {
+    /// Runs one call across hosts on the worker's `stream` and waits for it; a failure is kept
+    /// (reported by `check_error` and every later call).
+    fn run_job(&self, work: &Work, stream: &Stream) {
+        let Ok(hosts) = self.hosts() else {
+            return;
+        };
+        let done = match work {
+            Work::Collective(call) => hosts.run(self, call, stream),
+            Work::Group(ops) => hosts.group(self, ops, stream),
+        };
+        let settled = stream.synchronize();
+        if let Err(e) = done.and(settled) {
+            hosts.fail(e);
+        }
+    }
+}
+
+impl Hosts {
+    /// Queues `work` on `stream` (see the module docs): returns once queued. `buffers`: the
+    /// call's memory (their drops wait for the call; a graph keeps them); `what`: the
+    /// operation; `pieces`: its chunks (the emulator's wait is bounded by that many exchanges).
+    pub(super) fn submit(
+        self: &Arc<Self>,
+        comm: &Communicator,
+        work: Work,
+        stream: &Stream,
+        buffers: &[&BufferRef<'_>],
+        what: &str,
+        pieces: u64,
+    ) -> Result<()> {
+        let capturing = stream.is_capturing();
+        let mut last = lock(&self.worker.last);
+        if !capturing {
+            if let Some(e) = last.as_ref() {
+                stream.wait_event(e)?;
+            }
+        }
+        let gate = self.gates.take(!capturing)?;
+        let kept = capturing.then(|| {
+            Arc::new(KeptGate {
+                gates: Arc::clone(&self.gates),
+                gate,
+            })
+        });
+        let job = Job {
+            work: Arc::new(work),
+            gate,
+        };
+        let queue = Arc::clone(&self.worker.queue);
+        stream.call_host(move || queue.arrive(&job))?;
+        let options = comm.options();
+        let per_piece = comm.op_timeout + options.device_timeout;
+        let bound = per_piece.saturating_mul(u32::try_from(2 * pieces + 2).unwrap_or(u32::MAX));
+        let timeout = Error::HostTimeout {
+            rank: comm.rank,
+            what: format!("{what} across hosts (its stream waited for the exchange)"),
+            timeout_ms: u64::try_from(bound.as_millis()).unwrap_or(u64::MAX),
+        };
+        // SAFETY: the gate is a word of mapped host memory that stays allocated while a stream
+        // may reach it: gates outside graphs until passed (or for good, see `Gates`' drop), a
+        // graph's for the graph's life (`kept`, retained below).
+        unsafe {
+            stream.wait_word(gate.device, RELEASED, bound.max(Duration::from_secs(1)), timeout)?;
+            stream.write_word(gate.device, PASSED)?;
+        }
+        match kept {
+            Some(kept) => {
+                let mut keep: Vec<Retained> = buffers.iter().filter_map(|b| b.retained()).collect();
+                if let Ok(c) = comm.shared() {
+                    keep.push(c as Retained);
+                }
+                keep.push(kept as Retained);
+                for r in keep {
+                    if !stream.retain_for_graph(Arc::clone(&r)) {
+                        // A capture begun outside symcomm: nothing to hold them for the graph's
+                        // life but the process.
+                        std::mem::forget(r);
+                    }
+                }
+            }
+            None => {
+                let done = Arc::new(stream.record_event()?);
+                for b in buffers.iter().filter_map(|b| b.buffer) {
+                    b.used_by(&done);
+                }
+                *last = Some(done);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A collective call's buffers as raw memory, for the worker.
+///
+/// # Safety
+/// The buffers stay valid until the caller's stream has passed the call (the collectives'
+/// contract), or for the life of the graph that captures it (which retains them).
+pub(super) unsafe fn detach(call: &Call<'_>) -> Call<'static> {
+    // SAFETY: this function's contract.
+    let (send, recv) = unsafe {
+        (
+            BufferRef::from_raw(call.send.addr, call.send.bytes),
+            BufferRef::from_raw(call.recv.addr, call.recv.bytes),
+        )
+    };
+    Call {
+        coll: call.coll,
+        send,
+        recv,
+        count: call.count,
+        dtype: call.dtype,
+        op: call.op,
+        root: call.root,
+    }
+}
