@@ -531,6 +531,9 @@ impl Stream {
     where
         F: Fn() + Send + Sync + 'static,
     {
+        // What a host function starts may wait for peers, as a kernel does: a synchronizing
+        // free must not slip in between (`crate::sync_free`).
+        let _launching = crate::sync_free::launching();
         match &self.inner {
             PerBackend::Cuda(s) => {
                 // Held across the call, as for launches: a capture cannot end in between.
@@ -577,6 +580,9 @@ impl Stream {
         bound: std::time::Duration,
         timeout: Error,
     ) -> Result<()> {
+        // The wait depends on other work, as a kernel waiting for peers does (`crate::sync_free`:
+        // a synchronizing free must not start while it is being queued).
+        let _launching = crate::sync_free::launching();
         match &self.inner {
             PerBackend::Cuda(s) => {
                 let _capture = self.capture();
