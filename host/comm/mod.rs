@@ -409,8 +409,10 @@ impl Communicator {
 
     /// Reports an asynchronous error: a lost rank ([`Error::PeerLost`]), an error a kernel
     /// recorded ([`Error::Timeout`], [`Error::Aborted`], [`Error::Mismatch`],
-    /// [`Error::InvalidArgument`] with rank, peer and operation), a local [`Self::abort`], or
-    /// an earlier [`Error::HostTimeout`] (see [Faults](Self#faults)). Errors are sticky: once one is reported, the communicator should be destroyed. Cheap;
+    /// [`Error::InvalidArgument`] with rank, peer and operation), a local [`Self::abort`], an
+    /// earlier [`Error::HostTimeout`] (see [Faults](Self#faults)), or the failure of a call
+    /// across hosts (which runs after the call returned: its stream goes on, and this reports
+    /// it). Errors are sticky: once one is reported, the communicator should be destroyed. Cheap;
     /// never blocks. Kernels record their error before they finish, so call it after
     /// synchronizing the stream for a complete answer.
     ///
