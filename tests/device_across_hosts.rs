@@ -458,7 +458,10 @@ fn calls_on_two_streams_run_in_the_order_they_were_made() {
         let (s1, s2) = (comm.create_stream().unwrap(), comm.create_stream().unwrap());
         // Rank 0's first stream is held, the others' second: calls that ran in the order
         // their streams reach them would meet in different orders.
-        let _hold = Hold::on(if rank == 0 { &s1 } else { &s2 }, Duration::from_millis(300));
+        let _hold = Hold::on(
+            if rank == 0 { &s1 } else { &s2 },
+            Duration::from_millis(300),
+        );
         comm.all_reduce(&a, &a, COUNT, DataType::I32, RedOp::Sum, &s1)
             .unwrap();
         comm.all_reduce(&b, &b, COUNT, DataType::I32, RedOp::Sum, &s2)
@@ -466,16 +469,16 @@ fn calls_on_two_streams_run_in_the_order_they_were_made() {
         s1.synchronize().unwrap();
         s2.synchronize().unwrap();
         comm.check_error().unwrap();
-        let wrong = |buf: &Buffer, want: i32| {
-            values(buf, COUNT)
-                .iter()
-                .filter(|&&v| v != want)
-                .count()
-        };
+        let wrong =
+            |buf: &Buffer, want: i32| values(buf, COUNT).iter().filter(|&&v| v != want).count();
         (wrong(&a, 6), wrong(&b, 60))
     });
     for (rank, wrong) in results.iter().enumerate() {
-        assert_eq!(*wrong, (0, 0), "rank {rank}: #wrong (first call, second call)");
+        assert_eq!(
+            *wrong,
+            (0, 0),
+            "rank {rank}: #wrong (first call, second call)"
+        );
     }
 }
 
@@ -507,7 +510,10 @@ fn a_failed_call_across_hosts_is_reported_and_its_stream_goes_on() {
     });
     let (synced, took, checked, next) = results[0].as_ref().expect("rank 0's outcome");
     assert!(synced.is_ok(), "the stream failed: {synced:?}");
-    assert!(*took < Duration::from_secs(10), "the stream passed the call after {took:?}");
+    assert!(
+        *took < Duration::from_secs(10),
+        "the stream passed the call after {took:?}"
+    );
     for (what, r) in [("check_error", checked), ("the next call", next)] {
         match r {
             Err(Error::PeerLost { rank: 1, .. }) => {}

@@ -370,7 +370,12 @@ impl Hosts {
         // may reach it: gates outside graphs until passed (or for good, see `Gates`' drop), a
         // graph's for the graph's life (`kept`, retained below).
         unsafe {
-            stream.wait_word(gate.device, RELEASED, bound.max(Duration::from_secs(1)), timeout)?;
+            stream.wait_word(
+                gate.device,
+                RELEASED,
+                bound.max(Duration::from_secs(1)),
+                timeout,
+            )?;
             stream.write_word(gate.device, PASSED)?;
         }
         match kept {
