@@ -21,6 +21,8 @@
 //!   with earlier work, and runs once the stream gets there.
 //! - `calls_on_two_streams_run_in_the_order_they_were_made`: calls on two streams, one of them
 //!   held up on one rank only, still meet in the same order on every rank.
+//! - `a_communicator_dropped_right_after_a_call_still_makes_it`: the call runs once its stream
+//!   gets there, after the caller dropped the communicator.
 //! - `a_failed_call_across_hosts_is_reported_and_its_stream_goes_on`: a call whose peer is gone
 //!   lets its stream go on, and `check_error` and the next call report the loss.
 
@@ -482,8 +484,8 @@ fn calls_on_two_streams_run_in_the_order_they_were_made() {
     }
 }
 
-/// Rank 1 aborts while rank 0's all-reduce waits behind held work: once the stream reaches the
-/// call, the exchange fails at once, the stream goes on (no hang), and `check_error` and the
+/// Rank 1 aborts once rank 0's all-reduce is queued behind held work: when the stream reaches
+/// the call, the exchange fails at once, the stream goes on (no hang), and `check_error` and the
 /// next call report the lost peer.
 #[test]
 fn a_failed_call_across_hosts_is_reported_and_its_stream_goes_on() {
@@ -494,14 +496,17 @@ fn a_failed_call_across_hosts_is_reported_and_its_stream_goes_on() {
         comm.all_reduce(&buf, &buf, COUNT, DataType::I32, RedOp::Sum, &stream)
             .unwrap();
         stream.synchronize().unwrap();
+        // Rank 0's call is queued (behind a second of held work) before rank 1 aborts.
+        let _hold = Hold::on(&stream, Duration::from_secs(1));
+        if comm.rank() == 0 {
+            comm.all_reduce(&buf, &buf, COUNT, DataType::I32, RedOp::Sum, &stream)
+                .unwrap();
+        }
         comm.barrier().unwrap();
         if comm.rank() == 1 {
             comm.abort();
             return None;
         }
-        let _hold = Hold::on(&stream, Duration::from_millis(500));
-        comm.all_reduce(&buf, &buf, COUNT, DataType::I32, RedOp::Sum, &stream)
-            .unwrap();
         let t = std::time::Instant::now();
         let synced = stream.synchronize();
         let took = t.elapsed();
@@ -521,4 +526,41 @@ fn a_failed_call_across_hosts_is_reported_and_its_stream_goes_on() {
         }
     }
     println!("a call across hosts whose peer was lost: its stream went on after {took:?}");
+}
+
+/// Every rank queues an all-reduce across hosts behind held work and drops its communicator at
+/// once: the call still runs when the stream gets there (its job keeps the communicator), and the
+/// result is right on every rank.
+#[test]
+fn a_communicator_dropped_right_after_a_call_still_makes_it() {
+    const COUNT: usize = 2048;
+    let results = on_hosts(&["h0", "h1", "h0", "h1"], |comm| {
+        let rank = comm.rank() as i32;
+        let buf = Buffer::new(comm.backend(), COUNT * 4).unwrap();
+        buf.write(0, &vec![rank; COUNT]).unwrap();
+        let stream = symcomm::Stream::new(comm.backend()).unwrap();
+        let hold = Hold::on(&stream, Duration::from_millis(300));
+        comm.all_reduce(&buf, &buf, COUNT, DataType::I32, RedOp::Sum, &stream)
+            .unwrap();
+        let weak = Arc::downgrade(&comm);
+        drop(comm);
+        stream.synchronize().unwrap();
+        drop(hold);
+        // The worker dropped the last reference after the call.
+        let t = std::time::Instant::now();
+        while weak.strong_count() > 0 && t.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        (
+            values(&buf, COUNT).iter().filter(|&&v| v != 6).count(),
+            weak.strong_count(),
+        )
+    });
+    for (rank, (wrong, alive)) in results.iter().enumerate() {
+        assert_eq!(
+            (*wrong, *alive),
+            (0, 0),
+            "rank {rank}: (#wrong, communicators still alive)"
+        );
+    }
 }

@@ -24,7 +24,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -59,9 +59,12 @@ pub(super) enum Work {
     Group(Vec<P2pOp>),
 }
 
-/// One call on its way: what to do and the gate its stream waits on.
+/// One call on its way: its communicator, what to do and the gate its stream waits on. A job
+/// keeps its communicator alive until the worker has run it (so a communicator dropped right
+/// after its last call still makes it); it is dropped by the worker, never by a host function.
 #[derive(Clone)]
 pub(super) struct Job {
+    comm: Arc<Communicator>,
     work: Arc<Work>,
     gate: Gate,
 }
@@ -172,16 +175,19 @@ impl Gates {
 impl Drop for Gates {
     fn drop(&mut self) {
         let st = std::mem::take(self.state.get_mut().unwrap_or_else(|e| e.into_inner()));
-        let stuck: Vec<&Gate> = st.in_flight.iter().filter(|g| g.get() != PASSED).collect();
+        // A gate still QUEUED belongs to a call that never reached the worker (its stream did
+        // not get there); RELEASED ones are about to be passed, which the free below waits for.
+        let stuck: Vec<&Gate> = st.in_flight.iter().filter(|g| g.get() == QUEUED).collect();
         if stuck.is_empty() {
-            // cuMemFreeHost synchronizes the GPU: only while symcomm's streams are idle.
+            // cuMemFreeHost synchronizes the GPU: only while symcomm's streams are idle (so
+            // after they passed their gates).
             for page in st.pages {
                 crate::sync_free::release(Box::new(move || drop(page.memory)));
             }
             return;
         }
-        // A stream may still reach (or wait on) these gates, and a host function of its may
-        // still write one: release them, and keep the memory for the life of the process.
+        // A stream may still reach (or wait on) these gates: release them, and keep the memory
+        // for the life of the process.
         for g in &stuck {
             g.set(RELEASED);
         }
@@ -211,16 +217,20 @@ struct QueueState {
 }
 
 impl Queue {
-    /// The host function's work: the call goes to the worker, or, once the worker is gone, its
-    /// gate is released. Never blocks for long, never calls CUDA, drops nothing that does.
-    fn arrive(&self, job: &Job) {
+    /// The host function's work: the call goes to the worker. Never blocks for long, never
+    /// calls CUDA, drops nothing that does.
+    fn arrive(&self, job: Job) {
         let mut st = lock(&self.state);
         if st.closed {
+            // Cannot happen (the queue closes with the communicator, which the job keeps
+            // alive); should it, the stream goes on, and the job is not dropped here: its
+            // communicator must not go in a host function.
             job.gate.set(RELEASED);
+            std::mem::forget(job);
             return;
         }
         job.gate.set(QUEUED);
-        st.jobs.push_back(job.clone());
+        st.jobs.push_back(job);
         self.arrived.notify_one();
     }
 
@@ -262,15 +272,14 @@ pub(super) struct Worker {
 }
 
 impl Worker {
-    /// Starts the worker of `comm` (which must live in its `Arc`).
+    /// Starts the worker of `comm`.
     pub(super) fn start(comm: &Communicator) -> Result<Worker> {
         let stream = Stream::new(comm.backend())?;
         let queue = Arc::new(Queue::default());
         let q = Arc::clone(&queue);
-        let me = Weak::clone(&comm.me);
         let thread = std::thread::Builder::new()
             .name(format!("symcomm-hosts-{}", comm.rank))
-            .spawn(move || serve(&q, &me, &stream))
+            .spawn(move || serve(&q, &stream))
             .map_err(|e| Error::io("starting the worker of calls across hosts".to_owned(), e))?;
         Ok(Worker {
             queue,
@@ -284,8 +293,8 @@ impl Drop for Worker {
     fn drop(&mut self) {
         self.queue.close();
         if let Some(t) = self.thread.take() {
-            // The worker itself may drop the communicator (it held the last reference while it
-            // ran a call): it ends on its own then.
+            // The worker itself may drop the communicator (its last job held the last
+            // reference): it ends on its own then.
             if t.thread().id() != std::thread::current().id() {
                 let _ = t.join();
             }
@@ -294,16 +303,13 @@ impl Drop for Worker {
 }
 
 /// The worker's loop: each call on `stream`, then its gate released.
-fn serve(queue: &Queue, comm: &Weak<Communicator>, stream: &Stream) {
+fn serve(queue: &Queue, stream: &Stream) {
     while let Some(job) = queue.next() {
-        let comm = comm.upgrade();
-        if let Some(comm) = &comm {
-            comm.run_job(&job.work, stream);
-        }
+        job.comm.run_job(&job.work, stream);
         job.gate.set(RELEASED);
-        // The communicator may go here (its last holder dropped it meanwhile): that closes the
-        // queue, and the loop ends.
-        drop(comm);
+        // The communicator may go here (its other holders dropped it meanwhile): that closes
+        // the queue, and the loop ends.
+        drop(job);
     }
 }
 
@@ -353,11 +359,23 @@ impl Hosts {
             })
         });
         let job = Job {
+            comm: comm.shared()?,
             work: Arc::new(work),
             gate,
         };
         let queue = Arc::clone(&self.worker.queue);
-        stream.call_host(move || queue.arrive(&job))?;
+        // A graph's host function hands over a copy of the job at every launch; any other call's
+        // hands over the job itself, so that the host function drops nothing that may hold the
+        // communicator's last reference.
+        let slot = Mutex::new(Some(job));
+        stream.call_host(move || {
+            let mut held = lock(&slot);
+            let job = if capturing { held.clone() } else { held.take() };
+            drop(held);
+            if let Some(job) = job {
+                queue.arrive(job);
+            }
+        })?;
         let options = comm.options();
         let per_piece = comm.op_timeout + options.device_timeout;
         let bound = per_piece.saturating_mul(u32::try_from(2 * pieces + 2).unwrap_or(u32::MAX));
