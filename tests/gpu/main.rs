@@ -39,9 +39,11 @@
 //!   and, as references, a device-to-device copy of 256 MB (`cuMemcpyDtoDAsync`) and the
 //!   library's own copy loop (a 1-rank broadcast).
 //!
-//! - `hosts_put_ring`, `hosts_all_reduce` (also with `--emu`): 4 ranks as threads on two
-//!   simulated hosts (UCX over loopback between them; the bundle carries libucp): the put ring
-//!   through the proxy, and a host all-reduce across the hosts, bit-exact (tests/gpu/hosts.rs).
+//! - `hosts_put_ring`, `hosts_all_reduce`, `hosts_graph_all_reduce` (also with `--emu`): 4
+//!   ranks as threads on two simulated hosts (UCX over loopback between them; the bundle carries
+//!   libucp): the put ring through the proxy, a host all-reduce across the hosts, and one
+//!   captured in a CUDA graph and replayed (the worker's host function and stream wait),
+//!   bit-exact (tests/gpu/hosts.rs).
 //!
 //! - `perf_fused_rmsnorm`: the fused all-reduce + residual + RMSNorm kernel against the unfused
 //!   pair (host all-reduce, then `symcomm_residual_rmsnorm_bf16`), bf16, hidden 8192, 1..128
