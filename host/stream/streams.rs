@@ -599,14 +599,15 @@ impl Stream {
                             std::ptr::with_exposed_provenance_mut::<u32>(addr as usize),
                         )
                     };
-                    let deadline = std::time::Instant::now() + bound;
-                    let mut spins = 0u32;
+                    // Yields for the first millisecond (a short call's answer comes in tens of
+                    // microseconds, sooner than a sleep returns), then sleeps between looks.
+                    let start = std::time::Instant::now();
                     while word.load(std::sync::atomic::Ordering::Acquire) != value {
-                        if std::time::Instant::now() >= deadline {
+                        let waited = start.elapsed();
+                        if waited >= bound {
                             return Err(timeout.clone());
                         }
-                        spins += 1;
-                        if spins < 64 {
+                        if waited < std::time::Duration::from_millis(1) {
                             std::thread::yield_now();
                         } else {
                             std::thread::sleep(std::time::Duration::from_micros(50));
