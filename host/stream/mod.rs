@@ -22,8 +22,8 @@ pub use buffer::Buffer;
 pub use graph::Graph;
 pub(crate) use kernel::check_co_resident;
 pub use kernel::{Kernel, LaunchConfig};
-pub(crate) use streams::StreamToken;
 pub use streams::{Event, Stream};
+pub(crate) use streams::{StreamToken, words_written};
 
 /// Something recorded work uses (a communicator, a window's mapping, a buffer's memory) that a
 /// [`Graph`] keeps alive for as long as it can be launched, and past its last launch.

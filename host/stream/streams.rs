@@ -599,19 +599,19 @@ impl Stream {
                             std::ptr::with_exposed_provenance_mut::<u32>(addr as usize),
                         )
                     };
-                    // Yields for the first millisecond (a short call's answer comes in tens of
-                    // microseconds, sooner than a sleep returns), then sleeps between looks.
+                    // Sleeps until a host thread says it wrote a word (`words_written`), looking
+                    // again at least every millisecond.
                     let start = std::time::Instant::now();
+                    let (lock, written) = &WORDS_WRITTEN;
+                    let mut seen = lock.lock().unwrap_or_else(PoisonError::into_inner);
                     while word.load(std::sync::atomic::Ordering::Acquire) != value {
-                        let waited = start.elapsed();
-                        if waited >= bound {
+                        if start.elapsed() >= bound {
                             return Err(timeout.clone());
                         }
-                        if waited < std::time::Duration::from_millis(1) {
-                            std::thread::yield_now();
-                        } else {
-                            std::thread::sleep(std::time::Duration::from_micros(50));
-                        }
+                        seen = written
+                            .wait_timeout(seen, std::time::Duration::from_millis(1))
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .0;
                     }
                     Ok(())
                 }),
@@ -794,6 +794,18 @@ impl Stream {
     pub fn is_capturing(&self) -> bool {
         self.capture().is_some() || self.inner.cuda().is_some_and(cuda::Stream::is_capturing)
     }
+}
+
+/// Emulator: what a stream's wait on a word ([`Stream::wait_word`]) sleeps on.
+static WORDS_WRITTEN: (Mutex<()>, std::sync::Condvar) = (Mutex::new(()), std::sync::Condvar::new());
+
+/// Wakes the emulator's stream waits on words ([`Stream::wait_word`]): a host thread calls it
+/// after it stored into a word a stream may wait on. (On CUDA the GPU polls the word itself.)
+pub(crate) fn words_written() {
+    let (lock, written) = &WORDS_WRITTEN;
+    // Taken, so that a waiter between its look at the word and its sleep cannot miss this.
+    drop(lock.lock().unwrap_or_else(PoisonError::into_inner));
+    written.notify_all();
 }
 
 /// The address range `[addr, addr + bytes)` of a raw copy or set as a length in bytes; refuses

@@ -87,6 +87,9 @@ impl Gate {
 
     fn set(&self, value: u32) {
         self.word().store(value, Ordering::Release);
+        if value == RELEASED {
+            crate::stream::words_written();
+        }
     }
 
     fn get(&self) -> u32 {
