@@ -460,7 +460,7 @@ impl Hosts {
             proxy,
             chunk_bytes,
             worker: worker::Worker::start(comm)?,
-            gates: Arc::new(worker::Gates::new(comm.backend())),
+            gates: Arc::new(worker::Gates::new(comm.backend())?),
             failed: OnceLock::new(),
         })
     }

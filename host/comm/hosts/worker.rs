@@ -132,11 +132,34 @@ impl Drop for KeptGate {
 }
 
 impl Gates {
-    pub(super) fn new(backend: &Backend) -> Gates {
-        Gates {
+    /// The gates of one rank, with their first page: allocated now, at set-up, because a call
+    /// captured into a CUDA graph must not allocate pinned memory (the driver would invalidate
+    /// the capture); only a rank with more than [`GATES_PER_PAGE`] gates in use allocates later.
+    pub(super) fn new(backend: &Backend) -> Result<Gates> {
+        let gates = Gates {
             backend: backend.clone(),
             state: Mutex::new(GateState::default()),
-        }
+        };
+        gates.add_page(&mut lock(&gates.state))?;
+        Ok(gates)
+    }
+
+    /// A page of free gates more.
+    fn add_page(&self, st: &mut GateState) -> Result<()> {
+        let bytes = GATES_PER_PAGE * 4;
+        let memory = self
+            .backend
+            .make(|d| HostMapped::new(d, bytes), || Ok(HeapBlock::new(bytes)))?;
+        let (host, device) = match &memory {
+            PerBackend::Cuda(m) => (m.host_ptr() as usize, m.device_ptr()),
+            PerBackend::Emu(m) => (m.host_ptr() as usize, m.device_ptr()),
+        };
+        st.free.extend((0..GATES_PER_PAGE).rev().map(|i| Gate {
+            host: host + 4 * i,
+            device: device + 4 * i as u64,
+        }));
+        st.pages.push(Page { memory });
+        Ok(())
     }
 
     /// A free gate, reading [`QUEUED`]; `in_flight`: for a call outside a graph (free again
@@ -149,19 +172,7 @@ impl Gates {
         st.in_flight = waiting;
         st.free.extend(passed);
         if st.free.is_empty() {
-            let bytes = GATES_PER_PAGE * 4;
-            let memory = self
-                .backend
-                .make(|d| HostMapped::new(d, bytes), || Ok(HeapBlock::new(bytes)))?;
-            let (host, device) = match &memory {
-                PerBackend::Cuda(m) => (m.host_ptr() as usize, m.device_ptr()),
-                PerBackend::Emu(m) => (m.host_ptr() as usize, m.device_ptr()),
-            };
-            st.free.extend((0..GATES_PER_PAGE).rev().map(|i| Gate {
-                host: host + 4 * i,
-                device: device + 4 * i as u64,
-            }));
-            st.pages.push(Page { memory });
+            self.add_page(st)?;
         }
         let gate = st
             .free
