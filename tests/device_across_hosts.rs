@@ -564,3 +564,29 @@ fn a_communicator_dropped_right_after_a_call_still_makes_it() {
         );
     }
 }
+
+/// Once a call's stream has passed it, the worker no longer holds the communicator: the
+/// caller's drop right after a synchronize is the last one, which says goodbye before the
+/// process may exit (a reference held a moment longer made a rank exit without one, and its
+/// peers report it lost). Checked after each of 30 calls.
+#[test]
+fn a_finished_call_across_hosts_holds_no_reference() {
+    const CALLS: usize = 30;
+    let results = on_hosts(&["h0", "h1"], |comm| {
+        let buf = Buffer::new(comm.backend(), 64).unwrap();
+        let stream = symcomm::Stream::new(comm.backend()).unwrap();
+        let mut held = 0;
+        for _ in 0..CALLS {
+            comm.all_reduce(&buf, &buf, 16, DataType::I32, RedOp::Sum, &stream)
+                .unwrap();
+            stream.synchronize().unwrap();
+            held += usize::from(Arc::strong_count(&comm) > 1);
+        }
+        held
+    });
+    assert_eq!(
+        results,
+        vec![0; 2],
+        "calls after which the communicator was still held elsewhere, per rank"
+    );
+}

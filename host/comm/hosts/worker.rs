@@ -318,12 +318,16 @@ impl Drop for Worker {
 
 /// The worker's loop: each call on `stream`, then its gate released.
 fn serve(queue: &Queue, stream: &Stream) {
-    while let Some(job) = queue.next() {
-        job.comm.run_job(&job.work, stream);
-        job.gate.set(RELEASED);
-        // The communicator may go here (its other holders dropped it meanwhile): that closes
-        // the queue, and the loop ends.
-        drop(job);
+    while let Some(Job { comm, work, gate }) = queue.next() {
+        comm.run_job(&work, stream);
+        // The job's reference goes before the stream may go on: once the caller has seen the
+        // call done, its own drop of the communicator is the last one, which says goodbye before
+        // the process may exit. Should this one be the last (the caller dropped its handle right
+        // after the call), the communicator goes here, on this thread: that closes the queue
+        // (the loop ends), and its gates' drop releases this gate and keeps their memory.
+        drop(work);
+        drop(comm);
+        gate.set(RELEASED);
     }
 }
 
