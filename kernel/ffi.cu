@@ -126,7 +126,7 @@ SYMCOMM_DEVICE uint32_t rs_collective(const DevComm& comm, const CollArgs& args)
                        (!reduction || redop_valid(args.redop)) && args.scope <= SYMCOMM_SCOPE_CTA;
     if (!valid) return uint32_t(detail::refuse(g, comm, args.kind, SYMCOMM_REFUSED_CODE));
     const CollScope scope = args.scope == SYMCOMM_SCOPE_CTA ? cta_scope(args.index) : grid_scope(args.index);
-    const Call c{comm, args, scope, args.src_offset, args.dst_offset};
+    const Call c{comm, args, scope, args.src_offset, args.dst_offset, 0};
     Status st = Status::Ok;
     if (reduction) {
         detail::dispatch_op<RunReduction, T>(RedOp(args.redop), g, c, st);

@@ -1048,6 +1048,67 @@ fn ranks_8() {
     group(8);
 }
 
+/// Set in the environment of the child processes of
+/// `every_collective_through_staging_in_small_chunks`.
+const SMALL_STAGING_CHILD: &str = "SYMCOMM_TEST_SMALL_STAGING_CHILD";
+
+/// The staged path (buffers that are not windows: the kernel reads the send buffer and writes
+/// the receive buffer itself, blocks `count` apart, and stages in a window only what peers
+/// read) in chunks of the smallest staging area (`SYMCOMM_STAGING_BYTES=4096`: a few hundred
+/// elements per block and chunk, so most cases take several chunks, the last one short), for
+/// every collective x dtype with 3 ranks and each all-reduce algorithm forced (`SYMCOMM_ALGO`):
+/// the seeded selection with every case moved to buffers (buffers both sides, or one side a
+/// window), in place and not, at misaligned offsets. Each algorithm runs in a child process of
+/// this test binary (environment variables are process-wide).
+#[test]
+fn every_collective_through_staging_in_small_chunks() {
+    if std::env::var_os(SMALL_STAGING_CHILD).is_some() {
+        let n = 3;
+        let mut rng = Rng(seed() ^ 0x57A6);
+        let mut cases = select_cases(n, &mut rng);
+        for c in &mut cases {
+            c.place = match c.place {
+                Place::Windows if c.in_place => Place::Buffers,
+                Place::Windows => Place::WindowToBuffer,
+                p => p,
+            };
+        }
+        let options = CommOptions::default().with_device_timeout(Duration::from_secs(30));
+        run_group(
+            n,
+            " (staging in chunks of 4096 bytes)",
+            &cases,
+            &options,
+            false,
+        );
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    for algo in ["ll", "one_shot", "two_shot"] {
+        let out = std::process::Command::new(&exe)
+            .args([
+                "--exact",
+                "every_collective_through_staging_in_small_chunks",
+                "--nocapture",
+            ])
+            .env(SMALL_STAGING_CHILD, "1")
+            .env("SYMCOMM_STAGING_BYTES", "4096")
+            .env("SYMCOMM_ALGO", algo)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        for line in text.lines().filter(|l| l.starts_with("nranks=")) {
+            println!("SYMCOMM_ALGO={algo}: {line}");
+        }
+        assert!(out.status.success(), "SYMCOMM_ALGO={algo}: {text}");
+        assert!(
+            text.contains("#wrong 0, #clobbered 0"),
+            "SYMCOMM_ALGO={algo}: {text}"
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The CUDA launch geometry under the emulator's residency scheduler.
 

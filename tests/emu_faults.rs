@@ -200,6 +200,7 @@ fn coll(team: &mut EmuTeam, rank: u32, kind: u32, dtype: u32, count: u64) -> Col
         tile_stride: 0,
         src: team.window_of(0, rank),
         dst: team.window_of(1, rank),
+        ..Default::default()
     }
 }
 
@@ -1862,6 +1863,7 @@ fn replayed_launches_continue_their_epochs_in_device_memory() {
                             tile_stride: count,
                             src: win,
                             dst: win,
+                            ..Default::default()
                         },
                         grid,
                         block,
@@ -2147,6 +2149,7 @@ fn back_to_back_launches_of_every_kind_and_grid_shape() {
                                 tile_stride: s.tile_stride,
                                 src: team.window_of(sw, r),
                                 dst: team.window_of(dw, r),
+                                ..Default::default()
                             },
                             grid: s.grid,
                             block: s.block,

@@ -546,6 +546,7 @@ fn unfused_pair_matches_the_fused_kernel() {
                     tile_stride: 0,
                     src: team.window_of(W_PARTIAL, r),
                     dst: team.window_of(W_SUM, r),
+                    ..Default::default()
                 };
                 let norm = AllReduceRmsNormArgs {
                     partial: team.window_of(W_SUM, r),

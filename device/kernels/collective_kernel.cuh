@@ -28,6 +28,8 @@ struct Call {
     CollArgs a;
     CollScope scope;
     uint64_t soff, doff;
+    /// CTA scope: elements from the first tile to this CTA's (soff - a.src_offset); 0 otherwise.
+    uint64_t tile;
 
     template <typename T>
     SYMCOMM_DEVICE WindowSlice<T> src() const {
@@ -36,6 +38,23 @@ struct Call {
     template <typename T>
     SYMCOMM_DEVICE WindowSlice<T> dst() const {
         return WindowHandle<T>(a.dst).at(doff);
+    }
+    /// This rank's input and output: the windows' copies, or the user's buffers of a staged call
+    /// (a.src_ptr, a.dst_ptr; blocks a.ptr_stride apart, this CTA's tile further on).
+    template <typename T>
+    SYMCOMM_DEVICE detail::Local<T> local(const WindowSlice<T>& s, const WindowSlice<T>& d) const {
+        detail::Local<T> l = detail::windows(s, d, a.count);
+        if (a.src_ptr != 0) {
+            l.in = reinterpret_cast<const T*>(a.src_ptr) + tile;
+            l.in_stride = a.ptr_stride;
+            l.fill = true;
+        }
+        if (a.dst_ptr != 0) {
+            l.out = reinterpret_cast<T*>(a.dst_ptr) + tile;
+            l.out_stride = a.ptr_stride;
+            l.direct = true;
+        }
+        return l;
     }
 };
 
@@ -50,24 +69,25 @@ template <typename T, RedOp Op>
 struct RunReduction {
     static SYMCOMM_DEVICE void run(Cta g, const Call& c, Status& st) {
         const WindowSlice<T> src = c.src<T>(), dst = c.dst<T>();
+        const detail::Local<T> l = c.local(src, dst);
         switch (c.a.kind) {
             case SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT:
-                st = all_reduce_one_shot<Op>(g, c.comm, c.scope, src, dst, c.a.count);
+                st = detail::all_reduce_one_shot<Op>(g, c.comm, c.scope, src, dst, c.a.count, l);
                 break;
             case SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT:
-                st = all_reduce_two_shot<Op>(g, c.comm, c.scope, src, dst, c.a.count);
+                st = detail::all_reduce_two_shot<Op>(g, c.comm, c.scope, src, dst, c.a.count, l);
                 break;
             case SYMCOMM_COLL_ALL_REDUCE_LL:
-                st = all_reduce_ll<Op>(g, c.comm, c.scope, src, dst, c.a.count);
+                st = detail::all_reduce_ll<Op>(g, c.comm, c.scope, src, dst, c.a.count, l);
                 break;
             case SYMCOMM_COLL_REDUCE_SCATTER:
-                st = reduce_scatter<Op>(g, c.comm, c.scope, src, dst, c.a.count);
+                st = detail::reduce_scatter<Op>(g, c.comm, c.scope, src, dst, c.a.count, l);
                 break;
             case SYMCOMM_COLL_REDUCE_SCATTER_LL:
-                st = reduce_scatter_ll<Op>(g, c.comm, c.scope, src, dst, c.a.count);
+                st = detail::reduce_scatter_ll<Op>(g, c.comm, c.scope, src, dst, c.a.count, l);
                 break;
             default:
-                st = reduce<Op>(g, c.comm, c.scope, src, dst, c.a.count, c.a.root);
+                st = detail::reduce<Op>(g, c.comm, c.scope, src, dst, c.a.count, c.a.root, l);
                 break;
         }
     }
@@ -76,19 +96,20 @@ struct RunReduction {
 template <typename T>
 SYMCOMM_DEVICE Status run_copy(Cta g, const Call& c) {
     const WindowSlice<T> src = c.src<T>(), dst = c.dst<T>();
+    const detail::Local<T> l = c.local(src, dst);
     switch (c.a.kind) {
         case SYMCOMM_COLL_ALL_GATHER:
-            return all_gather(g, c.comm, c.scope, src, dst, c.a.count);
+            return detail::all_gather(g, c.comm, c.scope, src, dst, c.a.count, l);
         case SYMCOMM_COLL_ALL_GATHER_LL:
-            return all_gather_ll(g, c.comm, c.scope, src, dst, c.a.count);
+            return detail::all_gather_ll(g, c.comm, c.scope, src, dst, c.a.count, l);
         case SYMCOMM_COLL_BROADCAST:
-            return broadcast(g, c.comm, c.scope, src, dst, c.a.count, c.a.root);
+            return detail::broadcast(g, c.comm, c.scope, src, dst, c.a.count, c.a.root, l);
         case SYMCOMM_COLL_BROADCAST_LL:
-            return broadcast_ll(g, c.comm, c.scope, src, dst, c.a.count, c.a.root);
+            return detail::broadcast_ll(g, c.comm, c.scope, src, dst, c.a.count, c.a.root, l);
         case SYMCOMM_COLL_SCATTER:
-            return scatter(g, c.comm, c.scope, src, dst, c.a.count, c.a.root);
+            return detail::scatter(g, c.comm, c.scope, src, dst, c.a.count, c.a.root, l);
         default:
-            return all_to_all(g, c.comm, c.scope, src, dst, c.a.count);
+            return detail::all_to_all(g, c.comm, c.scope, src, dst, c.a.count, l);
     }
 }
 
@@ -122,7 +143,7 @@ SYMCOMM_DEVICE void collective(const DevComm& comm, const CollArgs& args) {
         return;
     }
     const uint32_t block = detail::linear_block_index();
-    Call c{comm, args, grid_scope(args.index), args.src_offset, args.dst_offset};
+    Call c{comm, args, grid_scope(args.index), args.src_offset, args.dst_offset, 0};
     if (args.scope == SYMCOMM_SCOPE_CTA) {
         c.scope = cta_scope(args.index + block);
         // This CTA's tile; one whose offset wraps around 2^64 is refused here (the collective
@@ -135,6 +156,7 @@ SYMCOMM_DEVICE void collective(const DevComm& comm, const CollArgs& args) {
             (void)detail::refuse(g, comm, args.kind, SYMCOMM_REFUSED_DST_RANGE);
             return;
         }
+        c.tile = c.soff - args.src_offset;
     }
     Status st = Status::Ok;  // failures are in the ErrorRecord
     if (reduction) {

@@ -4,7 +4,7 @@
 //! `SYMCOMM_BLESS=1 cargo test -p symcomm-device --test abi` regenerates it.
 #![allow(non_camel_case_types, non_snake_case, missing_docs, clippy::all)]
 
-pub const SYMCOMM_ABI_VERSION: u32 = 5;
+pub const SYMCOMM_ABI_VERSION: u32 = 6;
 pub const SYMCOMM_SIGNAL_WORDS: u32 = 256;
 pub const SYMCOMM_USER_SIGNAL_END: u32 = 64;
 pub const SYMCOMM_BARRIER_WORD_FIRST: u32 = 64;
@@ -305,10 +305,16 @@ pub struct CollArgs {
     pub src: WindowHandleRaw,
     #[doc = " Output window"]
     pub dst: WindowHandleRaw,
+    #[doc = " 0, or this rank's input as a device address (any device memory of this rank; the kernel\n  cannot check it: the host validated it). The collective then reads this rank's own input\n  there, and first copies into its copy of `src` the elements its peers read (each CTA the\n  part it synchronizes on), before its first barrier: the host's staged calls (buffers that\n  are not windows) in one launch, without copies of their own. Block q at\n  src_ptr + q * ptr_stride elements."]
+    pub src_ptr: u64,
+    #[doc = " 0, or this rank's output as a device address (as src_ptr): the collective writes this\n  rank's output there instead of into its copy of `dst` (two-shot all-reduce: the shares\n  peers push still arrive in `dst` and are copied here after the last barrier). Block p at\n  dst_ptr + p * ptr_stride elements."]
+    pub dst_ptr: u64,
+    #[doc = " Elements between consecutive blocks at src_ptr and dst_ptr (a staged call moved in\n  chunks: the whole call's count; at least `count`). CTA scope: CTA b's tile starts\n  b * tile_stride elements further, as in the windows."]
+    pub ptr_stride: u64,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of CollArgs"][::core::mem::size_of::<CollArgs>() - 152usize];
+    ["Size of CollArgs"][::core::mem::size_of::<CollArgs>() - 176usize];
     ["Alignment of CollArgs"][::core::mem::align_of::<CollArgs>() - 8usize];
     ["Offset of field: CollArgs::kind"][::core::mem::offset_of!(CollArgs, kind) - 0usize];
     ["Offset of field: CollArgs::dtype"][::core::mem::offset_of!(CollArgs, dtype) - 4usize];
@@ -325,6 +331,10 @@ const _: () = {
         [::core::mem::offset_of!(CollArgs, tile_stride) - 48usize];
     ["Offset of field: CollArgs::src"][::core::mem::offset_of!(CollArgs, src) - 56usize];
     ["Offset of field: CollArgs::dst"][::core::mem::offset_of!(CollArgs, dst) - 104usize];
+    ["Offset of field: CollArgs::src_ptr"][::core::mem::offset_of!(CollArgs, src_ptr) - 152usize];
+    ["Offset of field: CollArgs::dst_ptr"][::core::mem::offset_of!(CollArgs, dst_ptr) - 160usize];
+    ["Offset of field: CollArgs::ptr_stride"]
+        [::core::mem::offset_of!(CollArgs, ptr_stride) - 168usize];
 };
 #[doc = " One operation of `symcomm_sendrecv` on `bytes` bytes at device address `addr` (the user's\n  buffer, any device memory)."]
 #[repr(C)]

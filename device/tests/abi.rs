@@ -181,7 +181,10 @@ fn rust_layout() -> Vec<(String, usize)> {
             dst_offset,
             tile_stride,
             src,
-            dst
+            dst,
+            src_ptr,
+            dst_ptr,
+            ptr_stride
         }
     );
     layout!(

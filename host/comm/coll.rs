@@ -424,6 +424,7 @@ impl Communicator {
                     tile_stride: 0,
                     src: sw,
                     dst: rw,
+                    ..Default::default()
                 };
                 self.launch_coll(builtin, stream, &dev, &args, msg_bytes, coll, algo, &retain)
             }

@@ -25,7 +25,7 @@ typedef unsigned long long uint64_t;
 
 /** Version of the layouts below; `DevComm::abi_version` carries it so a kernel can refuse a host
  *  built against different headers. */
-#define SYMCOMM_ABI_VERSION 5u
+#define SYMCOMM_ABI_VERSION 6u
 
 /* The signal area. Every (owner rank, writing peer) pair has SYMCOMM_SIGNAL_WORDS signal words:
  * 64-bit words in the owner's signal array that only the peer writes (epochs: values only grow).
@@ -446,6 +446,22 @@ typedef struct CollArgs {
     WindowHandleRaw src;
     /** Output window */
     WindowHandleRaw dst;
+    /** 0, or this rank's input as a device address (any device memory of this rank; the kernel
+     *  cannot check it: the host validated it). The collective then reads this rank's own input
+     *  there, and first copies into its copy of `src` the elements its peers read (each CTA the
+     *  part it synchronizes on), before its first barrier: the host's staged calls (buffers that
+     *  are not windows) in one launch, without copies of their own. Block q at
+     *  src_ptr + q * ptr_stride elements. */
+    uint64_t src_ptr;
+    /** 0, or this rank's output as a device address (as src_ptr): the collective writes this
+     *  rank's output there instead of into its copy of `dst` (two-shot all-reduce: the shares
+     *  peers push still arrive in `dst` and are copied here after the last barrier). Block p at
+     *  dst_ptr + p * ptr_stride elements. */
+    uint64_t dst_ptr;
+    /** Elements between consecutive blocks at src_ptr and dst_ptr (a staged call moved in
+     *  chunks: the whole call's count; at least `count`). CTA scope: CTA b's tile starts
+     *  b * tile_stride elements further, as in the windows. */
+    uint64_t ptr_stride;
 } CollArgs;
 
 /* Point-to-point (the built-in kernel `symcomm_sendrecv`, host `send` / `recv` / groups). */
@@ -525,7 +541,7 @@ SYMCOMM_ABI_ASSERT(sizeof(ProxyOp) == 56 && SYMCOMM_ABI_ALIGNOF(ProxyOp) == 8, "
 SYMCOMM_ABI_ASSERT(sizeof(ProxyQueue) == 24 && SYMCOMM_ABI_ALIGNOF(ProxyQueue) == 8, "ProxyQueue layout");
 SYMCOMM_ABI_ASSERT(__builtin_offsetof(ErrorRecord, detail) == 16, "ErrorRecord.detail");
 #endif
-SYMCOMM_ABI_ASSERT(sizeof(CollArgs) == 152 && SYMCOMM_ABI_ALIGNOF(CollArgs) == 8, "CollArgs layout");
+SYMCOMM_ABI_ASSERT(sizeof(CollArgs) == 176 && SYMCOMM_ABI_ALIGNOF(CollArgs) == 8, "CollArgs layout");
 SYMCOMM_ABI_ASSERT(sizeof(P2pOp) == 32 && SYMCOMM_ABI_ALIGNOF(P2pOp) == 8, "P2pOp layout");
 SYMCOMM_ABI_ASSERT(sizeof(P2pArgs) == 56 + 32 * SYMCOMM_P2P_MAX_OPS && SYMCOMM_ABI_ALIGNOF(P2pArgs) == 8, "P2pArgs layout");
 /* The signal-word ranges tile [0, SYMCOMM_SIGNAL_WORDS) in order, without overlap or gap, and the

@@ -211,6 +211,7 @@ fn run<T: Element>(
         tile_stride: 0,
         src: src.window.raw,
         dst: dst.window.raw,
+        ..Default::default()
     };
     // SAFETY: a collective call of the CTA (the callers' contract, as in C++); `args` is live.
     Status::from_code(unsafe { T::run(comm, &args) })

@@ -50,6 +50,7 @@ pub(crate) fn perf_calls<R: Ranks>(
                 tile_stride: 0,
                 src: team.window(0, r),
                 dst: team.window(1, r),
+                ..Default::default()
             };
             (comm, args)
         })

@@ -428,6 +428,7 @@ pub(crate) fn exec_case<R: Ranks>(
                 tile_stride: lay.tile_stride,
                 src: team.window(0, r),
                 dst: team.window(dst_w, r),
+                ..Default::default()
             };
             (comm, args)
         })

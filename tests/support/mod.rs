@@ -159,6 +159,7 @@ pub(crate) fn one_shot_sum_f32(src: WindowHandleRaw, dst: WindowHandleRaw, count
         tile_stride: 0,
         src,
         dst,
+        ..Default::default()
     }
 }
 

@@ -4,7 +4,11 @@
 // CTAs each, ranks {2, 3, 4}, f32 and u8, counts and offsets that give 16-byte vector bodies and
 // scalar heads and tails, checked exactly (every byte of each output window: outputs equal the
 // reference, everything else keeps what the rank wrote before the launch) along with the error
-// records.
+// records. A fourth pass runs every case staged (CollArgs::src_ptr / dst_ptr: the rank's input
+// and output in arrays of its own, blocks PSTRIDE apart, in place there by NCCL's conventions;
+// the windows only stage what peers read), the host collectives' path for buffers that are not
+// windows: outputs checked in the arrays, and the output window unchanged but for two-shot's
+// pushes.
 //
 // Each rank runs its own host thread that, like a stream, fills its buffers, launches, checks its
 // results and goes on with the next case at once (harness.h, run_ranks): all cases of a rank count
@@ -149,7 +153,7 @@ T reduce_ref(uint32_t op, const T* v, uint32_t n) {
 
 struct Case {
     uint32_t kind, op, root, index, threads;
-    bool in_place, cta;
+    bool in_place, cta, staged;
     uint64_t count, sshift, dshift;  // elements
     const DType* dt;
     uint64_t salt;
@@ -158,22 +162,26 @@ struct Case {
     uint64_t in_blocks, out_blocks, span, tiles;
 
     uint64_t extent() const { return tiles * span; }
+    /// Staged: elements between the blocks of the rank's own arrays (not `count`, so that a
+    /// kernel mixing up the two strides is caught).
+    uint64_t pstride() const { return count + 2; }
     /// (soff, doff) of rank r for tile 0, NCCL's in-place conventions included.
-    void offs(uint32_t r, uint64_t& s, uint64_t& d) const {
+    /// `blk`: elements between blocks (count in windows; pstride() in a staged case's arrays).
+    void offs(uint32_t r, uint64_t blk, uint64_t& s, uint64_t& d) const {
         s = sshift;
         d = in_place ? sshift : dshift;
         if (!in_place) return;
-        if (kind == SYMCOMM_COLL_ALL_GATHER || kind == SYMCOMM_COLL_ALL_GATHER_LL) s = d + r * count;
+        if (kind == SYMCOMM_COLL_ALL_GATHER || kind == SYMCOMM_COLL_ALL_GATHER_LL) s = d + r * blk;
         if (kind == SYMCOMM_COLL_REDUCE_SCATTER || kind == SYMCOMM_COLL_REDUCE_SCATTER_LL ||
             kind == SYMCOMM_COLL_SCATTER)
-            d = s + r * count;
+            d = s + r * blk;
     }
     std::string label(uint32_t nranks) const {
         char b[256];
-        snprintf(b, sizeof b, "%s %s %s nranks=%u count=%llu root=%u %s %s shift=%llu/%llu %ux%u slot=%u",
+        snprintf(b, sizeof b, "%s %s %s nranks=%u count=%llu root=%u %s%s %s shift=%llu/%llu %ux%u slot=%u",
                  kind_name(kind), dt->name, is_reduction(kind) ? op_name(op) : "-", nranks, (unsigned long long)count,
-                 root, in_place ? "in-place" : "out-of-place", cta ? "cta" : "grid", (unsigned long long)sshift,
-                 (unsigned long long)dshift, kCtas, threads, index);
+                 root, staged ? "staged " : "", in_place ? "in-place" : "out-of-place", cta ? "cta" : "grid",
+                 (unsigned long long)sshift, (unsigned long long)dshift, kCtas, threads, index);
         return b;
     }
 };
@@ -181,8 +189,9 @@ struct Case {
 /// Every kind x placement x scope x dtype, in kPasses passes, the other dimensions rotating so
 /// that each kind sees every count, shift pattern, op, root and block size: counts give
 /// scalar-only calls, and calls with a scalar head, 16-byte packs and a scalar tail (or all
-/// scalar, when input and output phases differ), and several rounds of in-place chunking.
-constexpr uint32_t kPasses = 3;
+/// scalar, when input and output phases differ), and several rounds of in-place chunking. The
+/// last pass is staged.
+constexpr uint32_t kPasses = 4;
 
 std::vector<Case> cases(uint32_t nranks) {
     static const uint64_t f32_counts[] = {37, 1, 203};
@@ -200,6 +209,7 @@ std::vector<Case> cases(uint32_t nranks) {
                         c.dt = &dt;
                         c.in_place = in_place != 0;
                         c.cta = cta != 0;
+                        c.staged = pass == kPasses - 1;
                         const uint32_t rot = pass + in_place + 2 * cta;
                         c.count = (dt.dt == Dt::F32 ? f32_counts : u8_counts)[rot % 3];
                         c.sshift = shifts[(rot + kind) % 4][0];
@@ -213,7 +223,7 @@ std::vector<Case> cases(uint32_t nranks) {
                         c.salt = i;
                         blocks(kind, nranks, c.in_blocks, c.out_blocks);
                         const uint64_t shift = c.sshift > c.dshift ? c.sshift : c.dshift;
-                        c.span = shift + c.count * (c.in_blocks > c.out_blocks ? c.in_blocks : c.out_blocks) + 3;
+                        c.span = shift + c.pstride() * (c.in_blocks > c.out_blocks ? c.in_blocks : c.out_blocks) + 3;
                         c.tiles = c.cta ? kCtas : 1;
                         out.push_back(c);
                         ++i;
@@ -233,15 +243,20 @@ std::atomic<int> failures{0};
     _exit(1);
 }
 
-/// Rank r's part of one case: fill its buffers, launch, check its output window and error record.
+/// Rank r's part of one case: fill its buffers, launch, check its output (window, or the rank's
+/// own array when staged) and error record.
 template <typename T>
 void run_case(Team& team, uint32_t r, const Case& c) {
     const uint32_t n = team.nranks;
-    const uint32_t src_w = 0, dst_w = c.in_place ? 0 : 1;
+    // Staged: the windows out of place at the plain shifts; the placement is the arrays'.
+    const uint32_t src_w = 0, dst_w = c.in_place && !c.staged ? 0 : 1;
+    const uint64_t blk = c.staged ? c.pstride() : c.count;  // elements between blocks
     uint64_t soff, doff;
-    c.offs(r, soff, doff);
+    c.offs(r, blk, soff, doff);
     const uint64_t ext = c.extent();
     if (ext * sizeof(T) > team.window_stride) die(c.label(n) + ": window too small");
+    // Element e = q * count + i of a multi-block range: where it lies from the range's start.
+    auto at = [&](uint64_t e) { return e / c.count * blk + e % c.count; };
 
     // Inputs of every rank, per tile: in[(p * tiles + t) * in_elems + e].
     const uint64_t in_elems = c.count * c.in_blocks;
@@ -252,22 +267,28 @@ void run_case(Team& team, uint32_t r, const Case& c) {
                 in[(p * c.tiles + t) * in_elems + e] = input<T>(c.op, p, e + t * 100000, c.salt);
     auto in_of = [&](uint32_t p, uint64_t t, uint64_t e) { return in[(p * c.tiles + t) * in_elems + e]; };
 
-    // Fill this rank's windows: canary, then its inputs. Element by element: every store is one
-    // TSan sees (GCC expands a constant-size memset inline, uninstrumented).
+    // Fill this rank's windows and arrays: canary, then its inputs. Element by element: every
+    // store is one TSan sees (GCC expands a constant-size memset inline, uninstrumented).
     T* src = reinterpret_cast<T*>(team.bytes(r, src_w));
     T* dst = reinterpret_cast<T*>(team.bytes(r, dst_w));
+    std::vector<T> arrays(c.staged ? 2 * ext : 0);
+    T* in_base = c.staged ? arrays.data() : src;
+    T* out_base = c.staged ? arrays.data() + (c.in_place ? 0 : ext) : dst;
     T canary;
     memset(&canary, kCanary, sizeof canary);
     for (uint64_t e = 0; e < ext; ++e) {
         src[e] = canary;
         dst[e] = canary;
     }
+    for (uint64_t e = 0; e < arrays.size(); ++e) arrays[e] = canary;
     for (uint64_t t = 0; t < c.tiles; ++t)
-        for (uint64_t e = 0; e < in_elems; ++e) src[t * c.span + soff + e] = in_of(r, t, e);
+        for (uint64_t e = 0; e < in_elems; ++e) in_base[t * c.span + soff + at(e)] = in_of(r, t, e);
 
-    // Expected output window: what was written above, with the outputs replaced.
-    std::vector<T> want(dst, dst + ext);
-    auto put = [&](uint64_t t, uint64_t e, T v) { want[t * c.span + doff + e] = v; };
+    // Expected output: what was written above, with the outputs replaced; staged, the output
+    // window also stays as it was (two-shot excepted: peers push their shares into it).
+    std::vector<T> want(out_base, out_base + ext);
+    const std::vector<T> dst_before(dst, dst + ext);
+    auto put = [&](uint64_t t, uint64_t e, T v) { want[t * c.span + doff + at(e)] = v; };
     std::vector<T> vals(n);
     auto red = [&](uint64_t t, uint64_t e) {
         for (uint32_t p = 0; p < n; ++p) vals[p] = in_of(p, t, e);
@@ -307,11 +328,16 @@ void run_case(Team& team, uint32_t r, const Case& c) {
     a.coll.scope = c.cta ? SYMCOMM_SCOPE_CTA : SYMCOMM_SCOPE_GRID;
     a.coll.index = c.index;
     a.coll.count = c.count;
-    a.coll.src_offset = soff;
-    a.coll.dst_offset = doff;
+    a.coll.src_offset = c.staged ? c.sshift : soff;
+    a.coll.dst_offset = c.staged ? c.dshift : doff;
     a.coll.tile_stride = c.span;
     a.coll.src = team.win(r, src_w);
     a.coll.dst = team.win(r, dst_w);
+    if (c.staged) {
+        a.coll.src_ptr = reinterpret_cast<uint64_t>(in_base + soff);
+        a.coll.dst_ptr = reinterpret_cast<uint64_t>(out_base + doff);
+        a.coll.ptr_stride = blk;
+    }
     symcomm_test::launch(r, c.dt->kernel, c.dt->entry, dim3(kCtas), dim3(c.threads), a);
 
     const ErrorRecord& er = team.errors[r];
@@ -324,12 +350,21 @@ void run_case(Team& team, uint32_t r, const Case& c) {
     }
     uint64_t wrong = 0;
     for (uint64_t e = 0; e < ext; ++e) {
-        const T got = dst[e], exp = want[e];
+        const T got = out_base[e], exp = want[e];
         if (memcmp(&got, &exp, sizeof(T)) == 0) continue;  // bitwise
         if (wrong++ < 4) {
             fprintf(stderr, "FAIL %s: rank %u element %llu (tile %llu, +%lld from doff): got %g, want %g\n",
                     c.label(n).c_str(), r, (unsigned long long)e, (unsigned long long)(e / c.span),
                     (long long)(e % c.span) - (long long)doff, double(got), double(exp));
+        }
+    }
+    if (c.staged && c.kind != SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT) {
+        for (uint64_t e = 0; e < ext; ++e) {
+            if (memcmp(&dst[e], &dst_before[e], sizeof(T)) == 0) continue;
+            if (wrong++ < 4) {
+                fprintf(stderr, "FAIL %s: rank %u: output window element %llu written\n", c.label(n).c_str(), r,
+                        (unsigned long long)e);
+            }
         }
     }
     if (wrong > 0) {

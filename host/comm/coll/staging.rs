@@ -19,8 +19,12 @@ impl Communicator {
         staging_bytes_from_env()
     }
 
-    /// The staged path: chunks of at most what the staging windows hold, each copied in, run,
-    /// copied out in stream order.
+    /// The staged path: chunks of at most what the staging windows hold, one launch each, in
+    /// stream order. The kernel reads this rank's send buffer and writes its receive buffer
+    /// directly (`CollArgs::src_ptr` / `dst_ptr`): it copies into the staging input only what
+    /// peers read (nothing for LL, whose lines carry the data), and writes the result straight
+    /// into the receive buffer (two-shot: its own share; the shares peers push arrive in the
+    /// staging output and are copied out by the same launch).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn staged(
         &self,
@@ -46,28 +50,17 @@ impl Communicator {
                 call.dtype.name()
             )));
         }
-        let stage_in = lane.stage_in.base() + u64::from(self.rank) * lane.stage_in.stride();
-        let stage_out = lane.stage_out.base() + u64::from(self.rank) * lane.stage_out.stride();
         let (win_in, win_out) = (
             lane.stage_handle(&lane.stage_in, self.rank),
             lane.stage_handle(&lane.stage_out, self.rank),
         );
+        // Whether this rank reads its send buffer and writes its receive buffer.
+        let reads_send = !matches!(call.coll, Collective::Broadcast | Collective::Scatter)
+            || self.rank == call.root;
+        let writes_recv = call.coll != Collective::Reduce || self.rank == call.root;
         let mut off = 0;
         while off < call.count {
             let c = cap.min(call.count - off);
-            for j in 0..sb {
-                // SAFETY: validated: the send buffer holds sb * count elements; the staging
-                // input holds sb * cap >= sb * c elements of this rank; stream-ordered after
-                // the previous chunk's kernel, which no peer reads after it ended.
-                unsafe {
-                    stream.copy_raw_retaining(
-                        stage_in + j * c * size,
-                        call.send.addr + (j * call.count + off) * size,
-                        c * size,
-                        retain,
-                    )
-                }?;
-            }
             let args = CollArgs {
                 kind,
                 dtype: call.dtype.code(),
@@ -81,6 +74,19 @@ impl Communicator {
                 tile_stride: 0,
                 src: win_in,
                 dst: win_out,
+                // The kernel reads the send buffer and writes the receive buffer itself (block j
+                // of this chunk at j * count + off), filling the staging input where peers read.
+                src_ptr: if reads_send {
+                    call.send.addr + off * size
+                } else {
+                    0
+                },
+                dst_ptr: if writes_recv {
+                    call.recv.addr + off * size
+                } else {
+                    0
+                },
+                ptr_stride: call.count,
             };
             self.launch_coll(
                 kernel,
@@ -92,21 +98,6 @@ impl Communicator {
                 algo,
                 retain,
             )?;
-            let writes_recv = call.coll != Collective::Reduce || self.rank == call.root;
-            if writes_recv {
-                for j in 0..rb {
-                    // SAFETY: as above, for the receive buffer (rb * count elements) and this
-                    // rank's staging output, after the chunk's kernel in stream order.
-                    unsafe {
-                        stream.copy_raw_retaining(
-                            call.recv.addr + (j * call.count + off) * size,
-                            stage_out + j * c * size,
-                            c * size,
-                            retain,
-                        )
-                    }?;
-                }
-            }
             off += c;
         }
         Ok(())

@@ -197,6 +197,68 @@ SYMCOMM_DEVICE void copy_part(Cta g, const T* from, T* to, uint64_t lo, uint64_t
     }
 }
 
+/// Where a collective reads this rank's own input and writes its output: input block q at
+/// in + q * in_stride, output block p at out + p * out_stride. By default the rank's copies of the
+/// windows (`windows`); the built-in kernel's staged calls (CollArgs::src_ptr / dst_ptr) name the
+/// user's buffers instead. `fill`: `in` is not src's copy, so before its first barrier each CTA
+/// copies into src's copy the part of its input that peers read (peers only reach the windows).
+/// `direct`: `out` is not dst's copy (two-shot copies the shares peers pushed into dst there).
+template <typename T>
+struct Local {
+    const T* in;
+    T* out;
+    uint64_t in_stride, out_stride;
+    bool fill, direct;
+};
+
+/// The default Local: this rank's copies of `src` and `dst`, blocks `count` elements apart.
+template <typename T>
+SYMCOMM_DEVICE Local<T> windows(const WindowSlice<T>& src, const WindowSlice<T>& dst, uint64_t count) {
+    return Local<T>{src.local_ptr(0), dst.local_ptr(0), count, count, false, false};
+}
+
+/// A staged call's input (`in`, blocks `in_stride` apart) copied into this rank's src (`staged`,
+/// blocks `count` apart) where peers read it: elements [lo, hi) of blocks [0, nb), before the
+/// collective's first barrier. Out of line: the copy's registers do not add to the collective's.
+template <typename T>
+SYMCOMM_DEVICE_NOINLINE void fill_blocks(Cta g, const T* in, uint64_t in_stride, T* staged, uint64_t count, uint32_t nb,
+                                         uint64_t lo, uint64_t hi) {
+    for (uint32_t q = 0; q < nb; ++q) copy_part(g, in + uint64_t(q) * in_stride, staged + uint64_t(q) * count, lo, hi);
+}
+
+/// fill_blocks when L says the input is staged (L.fill).
+template <typename T>
+SYMCOMM_DEVICE void fill(Cta g, const Local<T>& L, const WindowSlice<T>& src, uint64_t count, uint32_t nb, uint64_t lo,
+                         uint64_t hi) {
+    if (L.fill) fill_blocks(g, L.in, L.in_stride, src.local_ptr(0), count, nb, lo, hi);
+}
+
+/// Two-shot's staged input: the calling CTA's part of every rank's share, copied from `in` to this
+/// rank's src (`staged`) before the first barrier. Out of line, as fill_blocks.
+template <typename T>
+SYMCOMM_DEVICE_NOINLINE void fill_shares(Cta g, uint32_t n, CollScope scope, const T* in, T* staged, uint64_t count) {
+    for (uint32_t q = 0; q < n; ++q) {
+        const Range share = two_shot_share<T>(n, count, q);
+        const Part pq = part_of(scope, share.lo, share.hi, Pack16<T>::N);
+        copy_part(g, in, staged, pq.lo, pq.hi);
+    }
+}
+
+/// Two-shot's staged output: the calling CTA's parts of the shares of ranks other than `rank`,
+/// which they pushed into this rank's dst (`pushed`), copied to `out`; then the CTA syncs. Out of
+/// line, as fill_blocks.
+template <typename T>
+SYMCOMM_DEVICE_NOINLINE void copy_out_shares(Cta g, uint32_t n, uint32_t rank, CollScope scope, const T* pushed, T* out,
+                                             uint64_t count) {
+    for (uint32_t q = 0; q < n; ++q) {
+        if (q == rank) continue;
+        const Range share = two_shot_share<T>(n, count, q);
+        const Part pq = part_of(scope, share.lo, share.hi, Pack16<T>::N);
+        copy_part(g, pushed, out, pq.lo, pq.hi);
+    }
+    g.sync();
+}
+
 /// Whether `x` and `y` are slices of the same window.
 template <typename T>
 SYMCOMM_DEVICE bool same_window(const WindowSlice<T>& x, const WindowSlice<T>& y) {
@@ -268,9 +330,11 @@ SYMCOMM_DEVICE Range two_shot_part(CollScope scope, uint32_t nranks, uint64_t co
     return Range{p.lo, p.hi};
 }
 
+namespace detail {
+
 template <RedOp Op, typename T>
 SYMCOMM_DEVICE Status all_reduce_one_shot(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
-                                          WindowSlice<T> dst, uint64_t count) {
+                                          WindowSlice<T> dst, uint64_t count, const Local<T>& L) {
     using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT;
     if (const uint32_t why = window_check(comm, src, 1, dst, 1, count)) return refuse(g, comm, kind, why);
@@ -278,14 +342,15 @@ SYMCOMM_DEVICE Status all_reduce_one_shot(Cta g, const DevComm& comm, CollScope 
     if (!in_place && overlaps(src, count, dst, count)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
     const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, 0, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
+    fill(g, L, src, count, 1, part.lo, part.hi);
     Status s = barrier(g, comm, part.slot, fp);
     if (s != Status::Ok) return s;
-    const bool vec = phase(src.local_ptr(0)) == phase(dst.local_ptr(0));
+    const bool vec = phase(src.local_ptr(0)) == phase(L.out);
     const Items<T> it(part.lo, part.hi, vec, reinterpret_cast<uint64_t>(src.local_ptr(part.lo)));
     s = run_items<T>(
         g, comm, it, in_place, part.slot, fp,
         [&](uint64_t i, bool pk) { return reduce_item<T, Op>(src.window, src.offset + i, comm.nranks, pk); },
-        [&](uint64_t i, const Pack16<T>& v, bool pk) { store_item(dst.local_ptr(i), v, pk); });
+        [&](uint64_t i, const Pack16<T>& v, bool pk) { store_item(L.out + i, v, pk); });
     if (s != Status::Ok) return s;
     if (in_place) {
         // The last round's stores, for every thread of the CTA (cta_part's promise).
@@ -295,9 +360,13 @@ SYMCOMM_DEVICE Status all_reduce_one_shot(Cta g, const DevComm& comm, CollScope 
     return barrier(g, comm, part.slot, fp);
 }
 
+}  // namespace detail
+
+namespace detail {
+
 template <RedOp Op, typename T>
 SYMCOMM_DEVICE Status all_reduce_two_shot(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
-                                          WindowSlice<T> dst, uint64_t count) {
+                                          WindowSlice<T> dst, uint64_t count, const Local<T>& L) {
     using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT;
     if (const uint32_t why = window_check(comm, src, 1, dst, 1, count)) return refuse(g, comm, kind, why);
@@ -308,9 +377,11 @@ SYMCOMM_DEVICE Status all_reduce_two_shot(Cta g, const DevComm& comm, CollScope 
     const uint32_t n = comm.nranks;
     const Range mine = two_shot_share<T>(n, count, comm.rank);
     const Part part = part_of(scope, mine.lo, mine.hi, P);
+    // Staged input: the part of every rank q's share that q's CTA of this index reduces.
+    if (L.fill) fill_shares(g, n, scope, L.in, src.local_ptr(0), count);
     Status s = barrier(g, comm, part.slot, fp);
     if (s != Status::Ok) return s;
-    const bool vec = phase(src.local_ptr(0)) == phase(dst.local_ptr(0));
+    const bool vec = phase(src.local_ptr(0)) == phase(dst.local_ptr(0)) && phase(src.local_ptr(0)) == phase(L.out);
     const Items<T> it(part.lo, part.hi, vec, reinterpret_cast<uint64_t>(src.local_ptr(part.lo)));
     // Push: the reduced share goes straight into every rank's dst (this rank's first), so the
     // gather needs no barrier of its own and no rank reads another's output. Only this rank reads
@@ -320,15 +391,21 @@ SYMCOMM_DEVICE Status all_reduce_two_shot(Cta g, const DevComm& comm, CollScope 
         g, comm, it, false, part.slot, fp,
         [&](uint64_t i, bool pk) { return reduce_item<T, Op>(src.window, src.offset + i, n, pk); },
         [&](uint64_t i, const Pack16<T>& v, bool pk) {
-            for (uint32_t k = 0; k < n; ++k) {
+            store_item(L.out + i, v, pk);  // this rank's dst, or its staged output
+            for (uint32_t k = 1; k < n; ++k) {
                 const uint32_t q = comm.rank + k < n ? comm.rank + k : comm.rank + k - n;
                 store_item(dst.peer_ptr(q, i), v, pk);
             }
         });
     // Every rank's pushes into this rank's dst, and this rank's into theirs, are complete and
     // visible on return (the barrier releases the CTA's stores and acquires the peers').
-    return barrier(g, comm, part.slot, fp);
+    s = barrier(g, comm, part.slot, fp);
+    if (s != Status::Ok || !L.direct) return s;
+    copy_out_shares(g, comm.nranks, comm.rank, scope, static_cast<const T*>(dst.local_ptr(0)), L.out, count);
+    return s;
 }
+
+}  // namespace detail
 
 namespace detail {
 
@@ -404,9 +481,11 @@ SYMCOMM_DEVICE Status ll_receive(const DevComm& comm, uint32_t slot, uint64_t ep
 
 }  // namespace detail
 
+namespace detail {
+
 template <RedOp Op, typename T>
 SYMCOMM_DEVICE Status all_reduce_ll(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
-                                    WindowSlice<T> dst, uint64_t count) {
+                                    WindowSlice<T> dst, uint64_t count, const Local<T>& L) {
     using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_ALL_REDUCE_LL;
     if (const uint32_t why = window_check(comm, src, 1, dst, 1, count)) return refuse(g, comm, kind, why);
@@ -421,8 +500,8 @@ SYMCOMM_DEVICE Status all_reduce_ll(Cta g, const DevComm& comm, CollScope scope,
     const uint64_t elems = part.hi - part.lo;
     const uint64_t lines = (elems + E - 1u) / E;
     const uint64_t rounds = (lines + per_round - 1u) / per_round;
-    const T* in = src.local_ptr(part.lo);
-    T* out = dst.local_ptr(part.lo);
+    const T* in = L.in + part.lo;
+    T* out = L.out + part.lo;
     const bool aligned = ((reinterpret_cast<uint64_t>(in) | reinterpret_cast<uint64_t>(out)) & 7u) == 0;
     const uint64_t e0 = ll_take_rounds(g, comm, slot, rounds);
     for (uint64_t k = 0; k < rounds; ++k) {
@@ -465,9 +544,13 @@ SYMCOMM_DEVICE Status all_reduce_ll(Cta g, const DevComm& comm, CollScope scope,
     return Status::Ok;
 }
 
+}  // namespace detail
+
+namespace detail {
+
 template <typename T>
 SYMCOMM_DEVICE Status all_gather_ll(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
-                                    WindowSlice<T> dst, uint64_t count) {
+                                    WindowSlice<T> dst, uint64_t count, const Local<T>& L) {
     using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_ALL_GATHER_LL;
     const uint32_t n = comm.nranks, r = comm.rank;
@@ -483,7 +566,7 @@ SYMCOMM_DEVICE Status all_gather_ll(Cta g, const DevComm& comm, CollScope scope,
     const uint64_t elems = part.hi - part.lo;
     const uint64_t lines = (elems + E - 1u) / E;
     const uint64_t rounds = (lines + per_round - 1u) / per_round;
-    const T* in = src.local_ptr(part.lo);
+    const T* in = L.in + part.lo;
     const bool in_aligned = (reinterpret_cast<uint64_t>(in) & 7u) == 0;
     const uint64_t e0 = ll_take_rounds(g, comm, slot, rounds);
     for (uint64_t k = 0; k < rounds; ++k) {
@@ -500,7 +583,7 @@ SYMCOMM_DEVICE Status all_gather_ll(Cta g, const DevComm& comm, CollScope scope,
             const uint32_t m = uint32_t(min_u64(elems - at, E));
             for (uint32_t p = 0; p < n && s == Status::Ok; ++p) {
                 if (p == r && in_place) continue;
-                T* out = dst.local_ptr(uint64_t(p) * count + part.lo);
+                T* out = L.out + uint64_t(p) * L.out_stride + part.lo;
                 Word8<T> v;
                 if (p == r) {
                     v = ll_gather(in + at, m, in_aligned && m == E);
@@ -517,9 +600,13 @@ SYMCOMM_DEVICE Status all_gather_ll(Cta g, const DevComm& comm, CollScope scope,
     return Status::Ok;
 }
 
+}  // namespace detail
+
+namespace detail {
+
 template <RedOp Op, typename T>
 SYMCOMM_DEVICE Status reduce_scatter_ll(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
-                                        WindowSlice<T> dst, uint64_t count) {
+                                        WindowSlice<T> dst, uint64_t count, const Local<T>& L) {
     using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_REDUCE_SCATTER_LL;
     const uint32_t n = comm.nranks, r = comm.rank;
@@ -535,19 +622,20 @@ SYMCOMM_DEVICE Status reduce_scatter_ll(Cta g, const DevComm& comm, CollScope sc
     const uint64_t elems = part.hi - part.lo;
     const uint64_t lines = (elems + E - 1u) / E;
     const uint64_t rounds = (lines + per_round - 1u) / per_round;
-    // Block q of this CTA's part at in + q * count: sent to rank q; this rank's own at mine.
-    const T* in = src.local_ptr(part.lo);
-    const T* mine = in + uint64_t(r) * count;
-    T* out = dst.local_ptr(part.lo);
+    // Block q of this CTA's part at in + q * stride: sent to rank q; this rank's own at mine.
+    const uint64_t stride = L.in_stride;
+    const T* in = L.in + part.lo;
+    const T* mine = in + uint64_t(r) * stride;
+    T* out = L.out + part.lo;
     const bool aligned =
-        ((reinterpret_cast<uint64_t>(in) | reinterpret_cast<uint64_t>(out) | (count * sizeof(T))) & 7u) == 0;
+        ((reinterpret_cast<uint64_t>(in) | reinterpret_cast<uint64_t>(out) | (stride * sizeof(T))) & 7u) == 0;
     const uint64_t e0 = ll_take_rounds(g, comm, slot, rounds);
     for (uint64_t k = 0; k < rounds; ++k) {
         const uint64_t epoch = e0 + 1u + k;
         const uint32_t flag = ll_flag(epoch);
         const uint64_t first = k * per_round;
         const uint64_t nl = min_u64(lines - first, per_round);
-        Status s = ll_send_round(g, comm, slot, epoch, fp, in, count, elems, first, nl, aligned);
+        Status s = ll_send_round(g, comm, slot, epoch, fp, in, stride, elems, first, nl, aligned);
         if (s != Status::Ok) return s;
         // Receive: every rank's line of this rank's block, reduced in rank order (this rank's
         // from its own input), as all_reduce_ll.
@@ -582,9 +670,13 @@ SYMCOMM_DEVICE Status reduce_scatter_ll(Cta g, const DevComm& comm, CollScope sc
     return Status::Ok;
 }
 
+}  // namespace detail
+
+namespace detail {
+
 template <typename T>
 SYMCOMM_DEVICE Status broadcast_ll(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
-                                   WindowSlice<T> dst, uint64_t count, uint32_t root) {
+                                   WindowSlice<T> dst, uint64_t count, uint32_t root, const Local<T>& L) {
     using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_BROADCAST_LL;
     const uint32_t r = comm.rank;
@@ -601,8 +693,8 @@ SYMCOMM_DEVICE Status broadcast_ll(Cta g, const DevComm& comm, CollScope scope, 
     const uint64_t elems = part.hi - part.lo;
     const uint64_t lines = (elems + E - 1u) / E;
     const uint64_t rounds = (lines + per_round - 1u) / per_round;
-    const T* in = src.local_ptr(part.lo);
-    T* out = dst.local_ptr(part.lo);
+    const T* in = L.in + part.lo;
+    T* out = L.out + part.lo;
     const bool aligned = ((reinterpret_cast<uint64_t>(in) | reinterpret_cast<uint64_t>(out)) & 7u) == 0;
     const uint64_t e0 = ll_take_rounds(g, comm, slot, rounds);
     for (uint64_t k = 0; k < rounds; ++k) {
@@ -636,9 +728,13 @@ SYMCOMM_DEVICE Status broadcast_ll(Cta g, const DevComm& comm, CollScope scope, 
     return Status::Ok;
 }
 
+}  // namespace detail
+
+namespace detail {
+
 template <typename T>
 SYMCOMM_DEVICE Status all_gather(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
-                                 WindowSlice<T> dst, uint64_t count) {
+                                 WindowSlice<T> dst, uint64_t count, const Local<T>& L) {
     using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_ALL_GATHER;
     const uint32_t n = comm.nranks;
@@ -647,19 +743,24 @@ SYMCOMM_DEVICE Status all_gather(Cta g, const DevComm& comm, CollScope scope, Wi
     if (!in_place && overlaps(src, count, dst, count * n)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
     const uint32_t fp = coll_fingerprint<T>(kind, 0, count, 0, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
+    fill(g, L, src, count, 1, part.lo, part.hi);
     Status s = barrier(g, comm, part.slot, fp);
     if (s != Status::Ok) return s;
     for (uint32_t p = 0; p < n; ++p) {
         // In place, rank p's input sits in its own block of the output.
         const WindowSlice<T> from = in_place ? dst.at(uint64_t(p) * count) : src;
-        copy_part(g, from.peer_ptr(p, 0), dst.local_ptr(uint64_t(p) * count), part.lo, part.hi);
+        copy_part(g, from.peer_ptr(p, 0), L.out + uint64_t(p) * L.out_stride, part.lo, part.hi);
     }
     return barrier(g, comm, part.slot, fp);
 }
 
+}  // namespace detail
+
+namespace detail {
+
 template <RedOp Op, typename T>
 SYMCOMM_DEVICE Status reduce_scatter(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
-                                     WindowSlice<T> dst, uint64_t count) {
+                                     WindowSlice<T> dst, uint64_t count, const Local<T>& L) {
     using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_REDUCE_SCATTER;
     const uint32_t n = comm.nranks;
@@ -669,20 +770,25 @@ SYMCOMM_DEVICE Status reduce_scatter(Cta g, const DevComm& comm, CollScope scope
     if (!in_place && overlaps(src, count * n, dst, count)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
     const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, 0, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
+    fill(g, L, src, count, n, part.lo, part.hi);
     Status s = barrier(g, comm, part.slot, fp);
     if (s != Status::Ok) return s;
-    const bool vec = phase(sblock.local_ptr(0)) == phase(dst.local_ptr(0));
+    const bool vec = phase(sblock.local_ptr(0)) == phase(L.out);
     const Items<T> it(part.lo, part.hi, vec, reinterpret_cast<uint64_t>(sblock.local_ptr(part.lo)));
     run_items<T>(
         g, comm, it, false, part.slot, fp,
         [&](uint64_t i, bool pk) { return reduce_item<T, Op>(sblock.window, sblock.offset + i, n, pk); },
-        [&](uint64_t i, const Pack16<T>& v, bool pk) { store_item(dst.local_ptr(i), v, pk); });
+        [&](uint64_t i, const Pack16<T>& v, bool pk) { store_item(L.out + i, v, pk); });
     return barrier(g, comm, part.slot, fp);
 }
 
+}  // namespace detail
+
+namespace detail {
+
 template <typename T>
 SYMCOMM_DEVICE Status broadcast(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
-                                WindowSlice<T> dst, uint64_t count, uint32_t root) {
+                                WindowSlice<T> dst, uint64_t count, uint32_t root, const Local<T>& L) {
     using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_BROADCAST;
     if (const uint32_t why = window_check(comm, src, 1, dst, 1, count)) return refuse(g, comm, kind, why);
@@ -691,15 +797,20 @@ SYMCOMM_DEVICE Status broadcast(Cta g, const DevComm& comm, CollScope scope, Win
     if (!in_place && overlaps(src, count, dst, count)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
     const uint32_t fp = coll_fingerprint<T>(kind, 0, count, root, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
+    if (comm.rank == root) fill(g, L, src, count, 1, part.lo, part.hi);
     Status s = barrier(g, comm, part.slot, fp);
     if (s != Status::Ok) return s;
-    copy_part(g, src.peer_ptr(root, 0), dst.local_ptr(0), part.lo, part.hi);
+    copy_part(g, static_cast<const T*>(src.peer_ptr(root, 0)), L.out, part.lo, part.hi);
     return barrier(g, comm, part.slot, fp);
 }
 
+}  // namespace detail
+
+namespace detail {
+
 template <RedOp Op, typename T>
 SYMCOMM_DEVICE Status reduce(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
-                             WindowSlice<T> dst, uint64_t count, uint32_t root) {
+                             WindowSlice<T> dst, uint64_t count, uint32_t root, const Local<T>& L) {
     using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_REDUCE;
     if (const uint32_t why = window_check(comm, src, 1, dst, 1, count)) return refuse(g, comm, kind, why);
@@ -708,22 +819,27 @@ SYMCOMM_DEVICE Status reduce(Cta g, const DevComm& comm, CollScope scope, Window
     if (!in_place && overlaps(src, count, dst, count)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
     const uint32_t fp = coll_fingerprint<T>(kind, uint32_t(Op), count, root, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
+    fill(g, L, src, count, 1, part.lo, part.hi);
     Status s = barrier(g, comm, part.slot, fp);
     if (s != Status::Ok) return s;
     if (comm.rank == root) {
-        const bool vec = phase(src.local_ptr(0)) == phase(dst.local_ptr(0));
+        const bool vec = phase(src.local_ptr(0)) == phase(L.out);
         const Items<T> it(part.lo, part.hi, vec, reinterpret_cast<uint64_t>(src.local_ptr(part.lo)));
         run_items<T>(
             g, comm, it, false, part.slot, fp,
             [&](uint64_t i, bool pk) { return reduce_item<T, Op>(src.window, src.offset + i, comm.nranks, pk); },
-            [&](uint64_t i, const Pack16<T>& v, bool pk) { store_item(dst.local_ptr(i), v, pk); });
+            [&](uint64_t i, const Pack16<T>& v, bool pk) { store_item(L.out + i, v, pk); });
     }
     return barrier(g, comm, part.slot, fp);
 }
 
+}  // namespace detail
+
+namespace detail {
+
 template <typename T>
 SYMCOMM_DEVICE Status scatter(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
-                              WindowSlice<T> dst, uint64_t count, uint32_t root) {
+                              WindowSlice<T> dst, uint64_t count, uint32_t root, const Local<T>& L) {
     using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_SCATTER;
     if (const uint32_t why = window_check(comm, src, comm.nranks, dst, 1, count)) {
@@ -737,15 +853,20 @@ SYMCOMM_DEVICE Status scatter(Cta g, const DevComm& comm, CollScope scope, Windo
     }
     const uint32_t fp = coll_fingerprint<T>(kind, 0, count, root, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
+    if (comm.rank == root) fill(g, L, src, count, comm.nranks, part.lo, part.hi);
     Status s = barrier(g, comm, part.slot, fp);
     if (s != Status::Ok) return s;
-    copy_part(g, sblock.peer_ptr(root, 0), dst.local_ptr(0), part.lo, part.hi);
+    copy_part(g, static_cast<const T*>(sblock.peer_ptr(root, 0)), L.out, part.lo, part.hi);
     return barrier(g, comm, part.slot, fp);
 }
 
+}  // namespace detail
+
+namespace detail {
+
 template <typename T>
 SYMCOMM_DEVICE Status all_to_all(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
-                                 WindowSlice<T> dst, uint64_t count) {
+                                 WindowSlice<T> dst, uint64_t count, const Local<T>& L) {
     using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_ALL_TO_ALL;
     const uint32_t n = comm.nranks;
@@ -756,18 +877,21 @@ SYMCOMM_DEVICE Status all_to_all(Cta g, const DevComm& comm, CollScope scope, Wi
     if (!in_place && overlaps(src, count * n, dst, count * n)) return refuse(g, comm, kind, SYMCOMM_REFUSED_OVERLAP);
     const uint32_t fp = coll_fingerprint<T>(kind, 0, count, 0, in_place);
     const Part part = part_of(scope, 0, count, Pack16<T>::N);
+    fill(g, L, src, count, n, part.lo, part.hi);
     Status s = barrier(g, comm, part.slot, fp);
     if (s != Status::Ok) return s;
     if (!in_place) {
         for (uint32_t p = 0; p < n; ++p) {
-            copy_part(g, src.peer_ptr(p, uint64_t(r) * count), dst.local_ptr(uint64_t(p) * count), part.lo, part.hi);
+            copy_part(g, static_cast<const T*>(src.peer_ptr(p, uint64_t(r) * count)),
+                      L.out + uint64_t(p) * L.out_stride, part.lo, part.hi);
         }
         return barrier(g, comm, part.slot, fp);
     }
     // In place: item (k, p) moves item k of block r of peer p's buffer into item k of block p of
     // ours, and peer p moves item k of our block p in the same round (items are numbered k-major
     // and rounds hold whole k), so nothing is overwritten before its reader read it.
-    const bool vec = (count * sizeof(T)) % 16 == 0;
+    const bool vec = (count * sizeof(T)) % 16 == 0 && (L.out_stride * sizeof(T)) % 16 == 0 &&
+                     phase(src.local_ptr(0)) == phase(L.out);
     const Items<T> it(part.lo, part.hi, vec, reinterpret_cast<uint64_t>(src.local_ptr(part.lo)));
     const uint64_t total = it.total() * n;
     const uint32_t round = g.size() / n * n;
@@ -785,11 +909,73 @@ SYMCOMM_DEVICE Status all_to_all(Cta g, const DevComm& comm, CollScope scope, Wi
         }
         s = barrier(g, comm, part.slot, fp);
         if (s != Status::Ok) return s;
-        if (active) store_item(dst.local_ptr(uint64_t(p) * count + i), v, is_pack);
+        if (active) store_item(L.out + uint64_t(p) * L.out_stride + i, v, is_pack);
     }
     // The last round's stores, for every thread of the CTA (cta_part's promise).
     g.sync();
     return Status::Ok;
+}
+
+}  // namespace detail
+
+template <RedOp Op, typename T>
+SYMCOMM_DEVICE Status all_reduce_one_shot(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src, WindowSlice<T> dst, uint64_t count) {
+    return detail::all_reduce_one_shot<Op>(g, comm, scope, src, dst, count, detail::windows(src, dst, count));
+}
+
+template <RedOp Op, typename T>
+SYMCOMM_DEVICE Status all_reduce_two_shot(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src, WindowSlice<T> dst, uint64_t count) {
+    return detail::all_reduce_two_shot<Op>(g, comm, scope, src, dst, count, detail::windows(src, dst, count));
+}
+
+template <RedOp Op, typename T>
+SYMCOMM_DEVICE Status all_reduce_ll(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src, WindowSlice<T> dst, uint64_t count) {
+    return detail::all_reduce_ll<Op>(g, comm, scope, src, dst, count, detail::windows(src, dst, count));
+}
+
+template <typename T>
+SYMCOMM_DEVICE Status all_gather_ll(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src, WindowSlice<T> dst, uint64_t count) {
+    return detail::all_gather_ll<T>(g, comm, scope, src, dst, count, detail::windows(src, dst, count));
+}
+
+template <RedOp Op, typename T>
+SYMCOMM_DEVICE Status reduce_scatter_ll(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src, WindowSlice<T> dst, uint64_t count) {
+    return detail::reduce_scatter_ll<Op>(g, comm, scope, src, dst, count, detail::windows(src, dst, count));
+}
+
+template <typename T>
+SYMCOMM_DEVICE Status broadcast_ll(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src, WindowSlice<T> dst, uint64_t count, uint32_t root) {
+    return detail::broadcast_ll<T>(g, comm, scope, src, dst, count, root, detail::windows(src, dst, count));
+}
+
+template <typename T>
+SYMCOMM_DEVICE Status all_gather(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src, WindowSlice<T> dst, uint64_t count) {
+    return detail::all_gather<T>(g, comm, scope, src, dst, count, detail::windows(src, dst, count));
+}
+
+template <RedOp Op, typename T>
+SYMCOMM_DEVICE Status reduce_scatter(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src, WindowSlice<T> dst, uint64_t count) {
+    return detail::reduce_scatter<Op>(g, comm, scope, src, dst, count, detail::windows(src, dst, count));
+}
+
+template <typename T>
+SYMCOMM_DEVICE Status broadcast(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src, WindowSlice<T> dst, uint64_t count, uint32_t root) {
+    return detail::broadcast<T>(g, comm, scope, src, dst, count, root, detail::windows(src, dst, count));
+}
+
+template <RedOp Op, typename T>
+SYMCOMM_DEVICE Status reduce(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src, WindowSlice<T> dst, uint64_t count, uint32_t root) {
+    return detail::reduce<Op>(g, comm, scope, src, dst, count, root, detail::windows(src, dst, count));
+}
+
+template <typename T>
+SYMCOMM_DEVICE Status scatter(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src, WindowSlice<T> dst, uint64_t count, uint32_t root) {
+    return detail::scatter<T>(g, comm, scope, src, dst, count, root, detail::windows(src, dst, count));
+}
+
+template <typename T>
+SYMCOMM_DEVICE Status all_to_all(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src, WindowSlice<T> dst, uint64_t count) {
+    return detail::all_to_all<T>(g, comm, scope, src, dst, count, detail::windows(src, dst, count));
 }
 
 }  // namespace symcomm
