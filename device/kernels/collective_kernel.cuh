@@ -11,6 +11,11 @@
 // windows — at CTA scope, its own tile (offsets + b * tile_stride) — and windows whose element
 // type is not args.dtype's.
 //
+// Staged calls (args.src_ptr / dst_ptr not 0: the host's collectives on buffers that are not
+// windows) read this rank's input and write its output at those device addresses instead of its
+// copies of the windows (detail::Local); the windows stage what peers read. The kernel cannot
+// check those addresses: the host validated them.
+//
 // Private to the built-in kernels (collectives_*.cu include it as "collective_kernel.cuh"), not
 // part of the public device API in include/symcomm/. The root build.rs adds device/kernels as an
 // include directory so that the header is embedded for NVRTC too.
