@@ -337,6 +337,48 @@ pub const EMU_PARAMS: ModelParams = ModelParams {
     ll_round_bytes: (EMU_MAX_CTAS as u64 * LL_CTA_BYTES) as f64,
 };
 
+/// A copy on a stream, as the model sees it: its fixed cost (µs) and bandwidth (reads plus
+/// writes, GB/s).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StreamCopy {
+    /// One copy's cost besides its bytes (enqueued and started), µs.
+    pub us: f64,
+    /// Bytes read plus written per second, GB/s (1e9 B/s).
+    pub gbps: f64,
+}
+
+/// CUDA: `cuMemcpyDtoDAsync` moved 2084–2090 GB/s on an H200 (`scripts/gpu-check`; twice that
+/// read plus written) and costs about a launch.
+pub const CUDA_STREAM_COPY: StreamCopy = StreamCopy {
+    us: 2.0,
+    gbps: 4000.0,
+};
+
+/// Emulator: a copy is a `memcpy` on the stream's worker thread (queued, woken), far faster than
+/// emulated threads copying 16 bytes at a time (`symcomm perf --buffers device`, 4 ranks: a
+/// 256 KB staged all-reduce took 3.6–3.8 ms with two stream copies, 5.8–6.5 ms with the copies in
+/// the kernel; equal up to 32 KB).
+pub const EMU_STREAM_COPY: StreamCopy = StreamCopy {
+    us: 20.0,
+    gbps: 20.0,
+};
+
+/// Whether a staged chunk (buffers that are not windows) of `chunk_bytes` per rank (the larger
+/// of its input and output) has the collective kernel read the send buffer and write the
+/// receive buffer itself (`CollArgs::src_ptr` / `dst_ptr`), or copies them into and out of the
+/// staging windows on the stream around the launch. In the kernel the chunk costs the input's
+/// copy into the staging window (2·b bytes at `local_gbps`); on the stream, two copies
+/// ([`StreamCopy`] each, 4·b bytes). Always the kernel on CUDA; on the emulator up to about
+/// 128 KB. A rank's own choice: peers read the same staging window either way.
+pub fn stages_in_kernel(chunk_bytes: u64, backend: BackendKind) -> bool {
+    let (p, c) = match backend {
+        BackendKind::Cuda => (&CUDA_PARAMS, &CUDA_STREAM_COPY),
+        BackendKind::Emu => (&EMU_PARAMS, &EMU_STREAM_COPY),
+    };
+    let b = chunk_bytes as f64;
+    2.0 * b / (p.local_gbps * 1e3) <= 2.0 * c.us + 4.0 * b / (c.gbps * 1e3)
+}
+
 /// The link between hosts as the model sees it, per rank: what one exchange round costs besides
 /// its bytes (the message latency plus the host side: the stream synchronized, UCX progressed),
 /// and the bandwidth. Measured across two network namespaces joined by veth, UCX over TCP
@@ -751,6 +793,17 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn staged_chunks_copy_in_the_kernel_on_cuda_and_small_ones_on_the_emulator() {
+        for b in [8u64, 4096, 1 << 20, 4 << 20, 1 << 34] {
+            assert!(stages_in_kernel(b, BackendKind::Cuda), "{b}");
+        }
+        assert!(stages_in_kernel(8, BackendKind::Emu));
+        assert!(stages_in_kernel(64 << 10, BackendKind::Emu));
+        assert!(!stages_in_kernel(256 << 10, BackendKind::Emu));
+        assert!(!stages_in_kernel(4 << 20, BackendKind::Emu));
+    }
 
     const RANKS: [u32; 3] = [2, 4, 8];
 

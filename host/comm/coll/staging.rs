@@ -7,7 +7,7 @@ use super::lanes::Lane;
 use super::{Builtin, Call, layout};
 use crate::comm::Communicator;
 use crate::stream::{RetainFn, Stream};
-use crate::tune::{Algorithm, Collective};
+use crate::tune::{self, Algorithm, Collective};
 use crate::{Error, Result};
 
 /// Default bytes of each staging window (`SYMCOMM_STAGING_BYTES`); a lane has two
@@ -20,11 +20,13 @@ impl Communicator {
     }
 
     /// The staged path: chunks of at most what the staging windows hold, one launch each, in
-    /// stream order. The kernel reads this rank's send buffer and writes its receive buffer
-    /// directly (`CollArgs::src_ptr` / `dst_ptr`): it copies into the staging input only what
-    /// peers read (nothing for LL, whose lines carry the data), and writes the result straight
-    /// into the receive buffer (two-shot: its own share; the shares peers push arrive in the
-    /// staging output and are copied out by the same launch).
+    /// stream order. Where the model says so ([`tune::stages_in_kernel`]: always on CUDA) the
+    /// kernel reads this rank's send buffer and writes its receive buffer itself
+    /// (`CollArgs::src_ptr` / `dst_ptr`): it copies into the staging input only what peers read
+    /// (nothing for LL, whose lines carry the data) and writes the result straight into the
+    /// receive buffer (two-shot: its own share; the shares peers push arrive in the staging
+    /// output and the same launch copies them out). Otherwise the stream copies each chunk into
+    /// the staging input before the launch and out of the staging output after it.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn staged(
         &self,
@@ -58,9 +60,27 @@ impl Communicator {
         let reads_send = !matches!(call.coll, Collective::Broadcast | Collective::Scatter)
             || self.rank == call.root;
         let writes_recv = call.coll != Collective::Reduce || self.rank == call.root;
+        let stage_in = lane.stage_in.base() + u64::from(self.rank) * lane.stage_in.stride();
+        let stage_out = lane.stage_out.base() + u64::from(self.rank) * lane.stage_out.stride();
         let mut off = 0;
         while off < call.count {
             let c = cap.min(call.count - off);
+            let in_kernel = tune::stages_in_kernel(c * size * sb.max(rb), self.backend.kind());
+            if !in_kernel && reads_send {
+                for j in 0..sb {
+                    // SAFETY: validated: the send buffer holds sb * count elements; the staging
+                    // input holds sb * cap >= sb * c elements of this rank; stream-ordered after
+                    // the previous chunk's kernel, which no peer reads after it ended.
+                    unsafe {
+                        stream.copy_raw_retaining(
+                            stage_in + j * c * size,
+                            call.send.addr + (j * call.count + off) * size,
+                            c * size,
+                            retain,
+                        )
+                    }?;
+                }
+            }
             let args = CollArgs {
                 kind,
                 dtype: call.dtype.code(),
@@ -74,14 +94,14 @@ impl Communicator {
                 tile_stride: 0,
                 src: win_in,
                 dst: win_out,
-                // The kernel reads the send buffer and writes the receive buffer itself (block j
+                // In the kernel: it reads the send buffer and writes the receive buffer (block j
                 // of this chunk at j * count + off), filling the staging input where peers read.
-                src_ptr: if reads_send {
+                src_ptr: if in_kernel && reads_send {
                     call.send.addr + off * size
                 } else {
                     0
                 },
-                dst_ptr: if writes_recv {
+                dst_ptr: if in_kernel && writes_recv {
                     call.recv.addr + off * size
                 } else {
                     0
@@ -98,6 +118,20 @@ impl Communicator {
                 algo,
                 retain,
             )?;
+            if !in_kernel && writes_recv {
+                for j in 0..rb {
+                    // SAFETY: as above, for the receive buffer (rb * count elements) and this
+                    // rank's staging output, after the chunk's kernel in stream order.
+                    unsafe {
+                        stream.copy_raw_retaining(
+                            call.recv.addr + (j * call.count + off) * size,
+                            stage_out + j * c * size,
+                            c * size,
+                            retain,
+                        )
+                    }?;
+                }
+            }
             off += c;
         }
         Ok(())
