@@ -367,16 +367,28 @@ pub const EMU_STREAM_COPY: StreamCopy = StreamCopy {
 /// of its input and output) has the collective kernel read the send buffer and write the
 /// receive buffer itself (`CollArgs::src_ptr` / `dst_ptr`), or copies them into and out of the
 /// staging windows on the stream around the launch. In the kernel the chunk costs the input's
-/// copy into the staging window (2·b bytes at `local_gbps`); on the stream, two copies
-/// ([`StreamCopy`] each, 4·b bytes). Always the kernel on CUDA; on the emulator up to about
-/// 128 KB. A rank's own choice: peers read the same staging window either way.
-pub fn stages_in_kernel(chunk_bytes: u64, backend: BackendKind) -> bool {
+/// copy into the staging window (2·b bytes at `local_gbps`; one element at a time when the
+/// buffers are not `aligned` to 16 bytes like the windows, `elem_size` bytes instead of 16 per
+/// load, and so is the kernel's own output then); on the stream, two copies ([`StreamCopy`]
+/// each, 4·b bytes). Aligned: always the kernel on CUDA, on the emulator up to about 128 KB. A
+/// rank's own choice: peers read the same staging window either way.
+pub fn stages_in_kernel(
+    chunk_bytes: u64,
+    elem_size: u64,
+    aligned: bool,
+    backend: BackendKind,
+) -> bool {
     let (p, c) = match backend {
         BackendKind::Cuda => (&CUDA_PARAMS, &CUDA_STREAM_COPY),
         BackendKind::Emu => (&EMU_PARAMS, &EMU_STREAM_COPY),
     };
+    let rate = if aligned {
+        p.local_gbps
+    } else {
+        p.local_gbps * elem_size.clamp(1, 16) as f64 / 16.0
+    };
     let b = chunk_bytes as f64;
-    2.0 * b / (p.local_gbps * 1e3) <= 2.0 * c.us + 4.0 * b / (c.gbps * 1e3)
+    2.0 * b / (rate * 1e3) <= 2.0 * c.us + 4.0 * b / (c.gbps * 1e3)
 }
 
 /// The link between hosts as the model sees it, per rank: what one exchange round costs besides
@@ -796,13 +808,23 @@ mod tests {
 
     #[test]
     fn staged_chunks_copy_in_the_kernel_on_cuda_and_small_ones_on_the_emulator() {
+        let cuda = |b, size, aligned| stages_in_kernel(b, size, aligned, BackendKind::Cuda);
+        let emu = |b, size, aligned| stages_in_kernel(b, size, aligned, BackendKind::Emu);
         for b in [8u64, 4096, 1 << 20, 4 << 20, 1 << 34] {
-            assert!(stages_in_kernel(b, BackendKind::Cuda), "{b}");
+            assert!(cuda(b, 4, true), "{b}");
         }
-        assert!(stages_in_kernel(8, BackendKind::Emu));
-        assert!(stages_in_kernel(64 << 10, BackendKind::Emu));
-        assert!(!stages_in_kernel(256 << 10, BackendKind::Emu));
-        assert!(!stages_in_kernel(4 << 20, BackendKind::Emu));
+        // Misaligned buffers: the kernel's copies go one element at a time, so the largest
+        // chunks (the bytes count, not the launch) go through the stream's copies.
+        assert!(cuda(4096, 4, false));
+        assert!(cuda(1 << 20, 4, false));
+        assert!(!cuda(4 << 20, 4, false));
+        assert!(cuda(64 << 10, 1, false));
+        assert!(!cuda(1 << 20, 1, false));
+        assert!(emu(8, 4, true));
+        assert!(emu(64 << 10, 4, true));
+        assert!(!emu(256 << 10, 4, true));
+        assert!(!emu(4 << 20, 4, true));
+        assert!(!emu(64 << 10, 4, false));
     }
 
     const RANKS: [u32; 3] = [2, 4, 8];

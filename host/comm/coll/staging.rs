@@ -65,7 +65,15 @@ impl Communicator {
         let mut off = 0;
         while off < call.count {
             let c = cap.min(call.count - off);
-            let in_kernel = tune::stages_in_kernel(c * size * sb.max(rb), self.backend.kind());
+            // The kernel vectorizes the buffers' accesses where they share the staging windows'
+            // 16-byte phase (0): every block of this chunk in both buffers.
+            let aligned = ((call.send.addr + off * size)
+                | (call.recv.addr + off * size)
+                | (call.count * size * u64::from(sb.max(rb) > 1)))
+                % 16
+                == 0;
+            let in_kernel =
+                tune::stages_in_kernel(c * size * sb.max(rb), size, aligned, self.backend.kind());
             if !in_kernel && reads_send {
                 for j in 0..sb {
                     // SAFETY: validated: the send buffer holds sb * count elements; the staging

@@ -332,10 +332,12 @@ SYMCOMM_DEVICE Range two_shot_part(CollScope scope, uint32_t nranks, uint64_t co
 
 namespace detail {
 
+// The collectives, each with the Local it reads its own input from and writes its output to: the
+// public functions below pass the windows' (`windows`), the built-in kernel a staged call's.
+
 template <RedOp Op, typename T>
 SYMCOMM_DEVICE Status all_reduce_one_shot(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
                                           WindowSlice<T> dst, uint64_t count, const Local<T>& L) {
-    using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_ALL_REDUCE_ONE_SHOT;
     if (const uint32_t why = window_check(comm, src, 1, dst, 1, count)) return refuse(g, comm, kind, why);
     const bool in_place = same_window(src, dst) && src.offset == dst.offset;
@@ -360,14 +362,9 @@ SYMCOMM_DEVICE Status all_reduce_one_shot(Cta g, const DevComm& comm, CollScope 
     return barrier(g, comm, part.slot, fp);
 }
 
-}  // namespace detail
-
-namespace detail {
-
 template <RedOp Op, typename T>
 SYMCOMM_DEVICE Status all_reduce_two_shot(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
                                           WindowSlice<T> dst, uint64_t count, const Local<T>& L) {
-    using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_ALL_REDUCE_TWO_SHOT;
     if (const uint32_t why = window_check(comm, src, 1, dst, 1, count)) return refuse(g, comm, kind, why);
     const bool in_place = same_window(src, dst) && src.offset == dst.offset;
@@ -404,10 +401,6 @@ SYMCOMM_DEVICE Status all_reduce_two_shot(Cta g, const DevComm& comm, CollScope 
     copy_out_shares(g, comm.nranks, comm.rank, scope, static_cast<const T*>(dst.local_ptr(0)), L.out, count);
     return s;
 }
-
-}  // namespace detail
-
-namespace detail {
 
 /// The LL rounds of the calling CTA on barrier index `slot`: returns the epoch of its last round
 /// so far and advances the epoch word by `rounds`. The word is this CTA's alone: every thread
@@ -479,14 +472,9 @@ SYMCOMM_DEVICE Status ll_receive(const DevComm& comm, uint32_t slot, uint64_t ep
                    (uint64_t(slot) << 32) | (1u + j), v.w);
 }
 
-}  // namespace detail
-
-namespace detail {
-
 template <RedOp Op, typename T>
 SYMCOMM_DEVICE Status all_reduce_ll(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
                                     WindowSlice<T> dst, uint64_t count, const Local<T>& L) {
-    using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_ALL_REDUCE_LL;
     if (const uint32_t why = window_check(comm, src, 1, dst, 1, count)) return refuse(g, comm, kind, why);
     const bool in_place = same_window(src, dst) && src.offset == dst.offset;
@@ -544,14 +532,9 @@ SYMCOMM_DEVICE Status all_reduce_ll(Cta g, const DevComm& comm, CollScope scope,
     return Status::Ok;
 }
 
-}  // namespace detail
-
-namespace detail {
-
 template <typename T>
 SYMCOMM_DEVICE Status all_gather_ll(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
                                     WindowSlice<T> dst, uint64_t count, const Local<T>& L) {
-    using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_ALL_GATHER_LL;
     const uint32_t n = comm.nranks, r = comm.rank;
     if (const uint32_t why = window_check(comm, src, 1, dst, n, count)) return refuse(g, comm, kind, why);
@@ -600,14 +583,9 @@ SYMCOMM_DEVICE Status all_gather_ll(Cta g, const DevComm& comm, CollScope scope,
     return Status::Ok;
 }
 
-}  // namespace detail
-
-namespace detail {
-
 template <RedOp Op, typename T>
 SYMCOMM_DEVICE Status reduce_scatter_ll(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
                                         WindowSlice<T> dst, uint64_t count, const Local<T>& L) {
-    using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_REDUCE_SCATTER_LL;
     const uint32_t n = comm.nranks, r = comm.rank;
     if (const uint32_t why = window_check(comm, src, n, dst, 1, count)) return refuse(g, comm, kind, why);
@@ -670,14 +648,9 @@ SYMCOMM_DEVICE Status reduce_scatter_ll(Cta g, const DevComm& comm, CollScope sc
     return Status::Ok;
 }
 
-}  // namespace detail
-
-namespace detail {
-
 template <typename T>
 SYMCOMM_DEVICE Status broadcast_ll(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
                                    WindowSlice<T> dst, uint64_t count, uint32_t root, const Local<T>& L) {
-    using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_BROADCAST_LL;
     const uint32_t r = comm.rank;
     if (const uint32_t why = window_check(comm, src, 1, dst, 1, count)) return refuse(g, comm, kind, why);
@@ -728,14 +701,9 @@ SYMCOMM_DEVICE Status broadcast_ll(Cta g, const DevComm& comm, CollScope scope, 
     return Status::Ok;
 }
 
-}  // namespace detail
-
-namespace detail {
-
 template <typename T>
 SYMCOMM_DEVICE Status all_gather(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
                                  WindowSlice<T> dst, uint64_t count, const Local<T>& L) {
-    using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_ALL_GATHER;
     const uint32_t n = comm.nranks;
     if (const uint32_t why = window_check(comm, src, 1, dst, n, count)) return refuse(g, comm, kind, why);
@@ -754,14 +722,9 @@ SYMCOMM_DEVICE Status all_gather(Cta g, const DevComm& comm, CollScope scope, Wi
     return barrier(g, comm, part.slot, fp);
 }
 
-}  // namespace detail
-
-namespace detail {
-
 template <RedOp Op, typename T>
 SYMCOMM_DEVICE Status reduce_scatter(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
                                      WindowSlice<T> dst, uint64_t count, const Local<T>& L) {
-    using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_REDUCE_SCATTER;
     const uint32_t n = comm.nranks;
     if (const uint32_t why = window_check(comm, src, n, dst, 1, count)) return refuse(g, comm, kind, why);
@@ -782,14 +745,9 @@ SYMCOMM_DEVICE Status reduce_scatter(Cta g, const DevComm& comm, CollScope scope
     return barrier(g, comm, part.slot, fp);
 }
 
-}  // namespace detail
-
-namespace detail {
-
 template <typename T>
 SYMCOMM_DEVICE Status broadcast(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
                                 WindowSlice<T> dst, uint64_t count, uint32_t root, const Local<T>& L) {
-    using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_BROADCAST;
     if (const uint32_t why = window_check(comm, src, 1, dst, 1, count)) return refuse(g, comm, kind, why);
     if (root >= comm.nranks) return refuse(g, comm, kind, SYMCOMM_REFUSED_ROOT);
@@ -804,14 +762,9 @@ SYMCOMM_DEVICE Status broadcast(Cta g, const DevComm& comm, CollScope scope, Win
     return barrier(g, comm, part.slot, fp);
 }
 
-}  // namespace detail
-
-namespace detail {
-
 template <RedOp Op, typename T>
 SYMCOMM_DEVICE Status reduce(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
                              WindowSlice<T> dst, uint64_t count, uint32_t root, const Local<T>& L) {
-    using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_REDUCE;
     if (const uint32_t why = window_check(comm, src, 1, dst, 1, count)) return refuse(g, comm, kind, why);
     if (root >= comm.nranks) return refuse(g, comm, kind, SYMCOMM_REFUSED_ROOT);
@@ -833,14 +786,9 @@ SYMCOMM_DEVICE Status reduce(Cta g, const DevComm& comm, CollScope scope, Window
     return barrier(g, comm, part.slot, fp);
 }
 
-}  // namespace detail
-
-namespace detail {
-
 template <typename T>
 SYMCOMM_DEVICE Status scatter(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
                               WindowSlice<T> dst, uint64_t count, uint32_t root, const Local<T>& L) {
-    using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_SCATTER;
     if (const uint32_t why = window_check(comm, src, comm.nranks, dst, 1, count)) {
         return refuse(g, comm, kind, why);
@@ -860,14 +808,9 @@ SYMCOMM_DEVICE Status scatter(Cta g, const DevComm& comm, CollScope scope, Windo
     return barrier(g, comm, part.slot, fp);
 }
 
-}  // namespace detail
-
-namespace detail {
-
 template <typename T>
 SYMCOMM_DEVICE Status all_to_all(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
                                  WindowSlice<T> dst, uint64_t count, const Local<T>& L) {
-    using namespace detail;
     const uint32_t kind = SYMCOMM_COLL_ALL_TO_ALL;
     const uint32_t n = comm.nranks;
     const uint32_t r = comm.rank;
@@ -919,62 +862,74 @@ SYMCOMM_DEVICE Status all_to_all(Cta g, const DevComm& comm, CollScope scope, Wi
 }  // namespace detail
 
 template <RedOp Op, typename T>
-SYMCOMM_DEVICE Status all_reduce_one_shot(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src, WindowSlice<T> dst, uint64_t count) {
+SYMCOMM_DEVICE Status all_reduce_one_shot(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                                          WindowSlice<T> dst, uint64_t count) {
     return detail::all_reduce_one_shot<Op>(g, comm, scope, src, dst, count, detail::windows(src, dst, count));
 }
 
 template <RedOp Op, typename T>
-SYMCOMM_DEVICE Status all_reduce_two_shot(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src, WindowSlice<T> dst, uint64_t count) {
+SYMCOMM_DEVICE Status all_reduce_two_shot(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                                          WindowSlice<T> dst, uint64_t count) {
     return detail::all_reduce_two_shot<Op>(g, comm, scope, src, dst, count, detail::windows(src, dst, count));
 }
 
 template <RedOp Op, typename T>
-SYMCOMM_DEVICE Status all_reduce_ll(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src, WindowSlice<T> dst, uint64_t count) {
+SYMCOMM_DEVICE Status all_reduce_ll(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                                    WindowSlice<T> dst, uint64_t count) {
     return detail::all_reduce_ll<Op>(g, comm, scope, src, dst, count, detail::windows(src, dst, count));
 }
 
 template <typename T>
-SYMCOMM_DEVICE Status all_gather_ll(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src, WindowSlice<T> dst, uint64_t count) {
+SYMCOMM_DEVICE Status all_gather_ll(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                                    WindowSlice<T> dst, uint64_t count) {
     return detail::all_gather_ll<T>(g, comm, scope, src, dst, count, detail::windows(src, dst, count));
 }
 
 template <RedOp Op, typename T>
-SYMCOMM_DEVICE Status reduce_scatter_ll(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src, WindowSlice<T> dst, uint64_t count) {
+SYMCOMM_DEVICE Status reduce_scatter_ll(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                                        WindowSlice<T> dst, uint64_t count) {
     return detail::reduce_scatter_ll<Op>(g, comm, scope, src, dst, count, detail::windows(src, dst, count));
 }
 
 template <typename T>
-SYMCOMM_DEVICE Status broadcast_ll(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src, WindowSlice<T> dst, uint64_t count, uint32_t root) {
+SYMCOMM_DEVICE Status broadcast_ll(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                                   WindowSlice<T> dst, uint64_t count, uint32_t root) {
     return detail::broadcast_ll<T>(g, comm, scope, src, dst, count, root, detail::windows(src, dst, count));
 }
 
 template <typename T>
-SYMCOMM_DEVICE Status all_gather(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src, WindowSlice<T> dst, uint64_t count) {
+SYMCOMM_DEVICE Status all_gather(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                                 WindowSlice<T> dst, uint64_t count) {
     return detail::all_gather<T>(g, comm, scope, src, dst, count, detail::windows(src, dst, count));
 }
 
 template <RedOp Op, typename T>
-SYMCOMM_DEVICE Status reduce_scatter(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src, WindowSlice<T> dst, uint64_t count) {
+SYMCOMM_DEVICE Status reduce_scatter(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                                     WindowSlice<T> dst, uint64_t count) {
     return detail::reduce_scatter<Op>(g, comm, scope, src, dst, count, detail::windows(src, dst, count));
 }
 
 template <typename T>
-SYMCOMM_DEVICE Status broadcast(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src, WindowSlice<T> dst, uint64_t count, uint32_t root) {
+SYMCOMM_DEVICE Status broadcast(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                                WindowSlice<T> dst, uint64_t count, uint32_t root) {
     return detail::broadcast<T>(g, comm, scope, src, dst, count, root, detail::windows(src, dst, count));
 }
 
 template <RedOp Op, typename T>
-SYMCOMM_DEVICE Status reduce(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src, WindowSlice<T> dst, uint64_t count, uint32_t root) {
+SYMCOMM_DEVICE Status reduce(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                             WindowSlice<T> dst, uint64_t count, uint32_t root) {
     return detail::reduce<Op>(g, comm, scope, src, dst, count, root, detail::windows(src, dst, count));
 }
 
 template <typename T>
-SYMCOMM_DEVICE Status scatter(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src, WindowSlice<T> dst, uint64_t count, uint32_t root) {
+SYMCOMM_DEVICE Status scatter(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                              WindowSlice<T> dst, uint64_t count, uint32_t root) {
     return detail::scatter<T>(g, comm, scope, src, dst, count, root, detail::windows(src, dst, count));
 }
 
 template <typename T>
-SYMCOMM_DEVICE Status all_to_all(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src, WindowSlice<T> dst, uint64_t count) {
+SYMCOMM_DEVICE Status all_to_all(Cta g, const DevComm& comm, CollScope scope, WindowSlice<T> src,
+                                 WindowSlice<T> dst, uint64_t count) {
     return detail::all_to_all<T>(g, comm, scope, src, dst, count, detail::windows(src, dst, count));
 }
 
