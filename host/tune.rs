@@ -378,9 +378,10 @@ pub fn stages_in_kernel(
     aligned: bool,
     backend: BackendKind,
 ) -> bool {
-    let (p, c) = match backend {
-        BackendKind::Cuda => (&CUDA_PARAMS, &CUDA_STREAM_COPY),
-        BackendKind::Emu => (&EMU_PARAMS, &EMU_STREAM_COPY),
+    let p = params(backend);
+    let c = match backend {
+        BackendKind::Cuda => &CUDA_STREAM_COPY,
+        BackendKind::Emu => &EMU_STREAM_COPY,
     };
     let rate = if aligned {
         p.local_gbps

@@ -72,8 +72,8 @@ impl Communicator {
                 | (call.count * size * u64::from(sb.max(rb) > 1)))
                 % 16
                 == 0;
-            let in_kernel =
-                tune::stages_in_kernel(c * size * sb.max(rb), size, aligned, self.backend.kind());
+            let chunk_bytes = c * size * sb.max(rb);
+            let in_kernel = tune::stages_in_kernel(chunk_bytes, size, aligned, self.backend.kind());
             if !in_kernel && reads_send {
                 for j in 0..sb {
                     // SAFETY: validated: the send buffer holds sb * count elements; the staging
@@ -121,7 +121,7 @@ impl Communicator {
                 stream,
                 dev,
                 &args,
-                c * size * sb.max(rb),
+                chunk_bytes,
                 call.coll,
                 algo,
                 retain,
