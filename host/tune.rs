@@ -378,6 +378,41 @@ pub fn stages_in_kernel(
     aligned: bool,
     backend: BackendKind,
 ) -> bool {
+    let (rate, c) = staging_rates(elem_size, aligned, backend);
+    let b = chunk_bytes as f64;
+    2.0 * b / (rate * 1e3) <= 2.0 * c.us + 4.0 * b / (c.gbps * 1e3)
+}
+
+/// The largest staged chunk (bytes per rank) whose copies [`stages_in_kernel`] puts in the
+/// kernel; `None` when it does at every size (the kernel's copies are never the slower).
+/// `symcomm info` prints it.
+pub fn staged_in_kernel_up_to(elem_size: u64, aligned: bool, backend: BackendKind) -> Option<u64> {
+    let (rate, c) = staging_rates(elem_size, aligned, backend);
+    // 2·b / rate <= 2·us + 4·b / gbps  <=>  b · (2 / rate − 4 / gbps) <= 2·us (b in bytes, rates
+    // in bytes/µs).
+    let slope = 2.0 / (rate * 1e3) - 4.0 / (c.gbps * 1e3);
+    if slope <= 0.0 {
+        return None;
+    }
+    // The closed form, then agreement with the rule itself where rounding decides.
+    let in_kernel = |b| stages_in_kernel(b, elem_size, aligned, backend);
+    let mut b = (2.0 * c.us / slope).floor() as u64;
+    while b > 0 && !in_kernel(b) {
+        b -= 1;
+    }
+    while in_kernel(b + 1) {
+        b += 1;
+    }
+    Some(b)
+}
+
+/// The kernel's staging copy rate (GB/s; one element at a time when the buffers are not aligned
+/// like the windows) and the backend's stream copy.
+fn staging_rates(
+    elem_size: u64,
+    aligned: bool,
+    backend: BackendKind,
+) -> (f64, &'static StreamCopy) {
     let p = params(backend);
     let c = match backend {
         BackendKind::Cuda => &CUDA_STREAM_COPY,
@@ -388,8 +423,7 @@ pub fn stages_in_kernel(
     } else {
         p.local_gbps * elem_size.clamp(1, 16) as f64 / 16.0
     };
-    let b = chunk_bytes as f64;
-    2.0 * b / (rate * 1e3) <= 2.0 * c.us + 4.0 * b / (c.gbps * 1e3)
+    (rate, c)
 }
 
 /// The link between hosts as the model sees it, per rank: what one exchange round costs besides
@@ -826,6 +860,34 @@ mod tests {
         assert!(!emu(256 << 10, 4, true));
         assert!(!emu(4 << 20, 4, true));
         assert!(!emu(64 << 10, 4, false));
+    }
+
+    #[test]
+    fn staged_in_kernel_up_to_is_where_the_rule_switches() {
+        for backend in BackendKind::ALL {
+            for (size, aligned) in [(4, true), (1, true), (4, false), (1, false), (8, false)] {
+                let in_kernel = |b| stages_in_kernel(b, size, aligned, backend);
+                match staged_in_kernel_up_to(size, aligned, backend) {
+                    Some(x) => {
+                        assert!(in_kernel(x), "{backend:?} {size} {aligned}: {x}");
+                        assert!(!in_kernel(x + 1), "{backend:?} {size} {aligned}: {x}");
+                        assert!(!in_kernel(x * 4), "{backend:?} {size} {aligned}: {x}");
+                    }
+                    None => {
+                        for b in [1u64, 1 << 20, 1 << 30, 1 << 40] {
+                            assert!(in_kernel(b), "{backend:?} {size} {aligned}: {b}");
+                        }
+                    }
+                }
+            }
+        }
+        // As the rule's own test pins: aligned chunks always in the kernel on CUDA, misaligned
+        // large ones not; the emulator's from about 128 KB.
+        assert_eq!(staged_in_kernel_up_to(4, true, BackendKind::Cuda), None);
+        let f32_mis = staged_in_kernel_up_to(4, false, BackendKind::Cuda).unwrap();
+        assert!((1 << 20..4 << 20).contains(&f32_mis), "{f32_mis}");
+        let emu = staged_in_kernel_up_to(4, true, BackendKind::Emu).unwrap();
+        assert!((64 << 10..256 << 10).contains(&emu), "{emu}");
     }
 
     const RANKS: [u32; 3] = [2, 4, 8];

@@ -131,8 +131,31 @@ fn tuning_text(s: &mut String) {
                 limits.join(" / ")
             );
         }
+        let staged: Vec<String> = STAGED_REPORTED
+            .iter()
+            .map(|&(what, size, aligned)| {
+                let up_to = tune::staged_in_kernel_up_to(size, aligned, b)
+                    .map_or_else(|| "any size".to_owned(), human_bytes);
+                format!("{what} {up_to}")
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "  {:<8} {:>53}   staged chunks copied in the kernel up to: {}",
+            "",
+            "",
+            staged.join(" / ")
+        );
     }
 }
+
+/// The buffers whose staged-copy limit `symcomm info` shows: (name, element size, aligned like
+/// the staging windows).
+const STAGED_REPORTED: [(&str, u64, bool); 3] = [
+    ("aligned", 4, true),
+    ("4-byte misaligned", 4, false),
+    ("1-byte misaligned", 1, false),
+];
 
 fn tuning_json() -> Value {
     let raw = symcomm_algo();
@@ -198,6 +221,17 @@ fn model_report() -> Value {
                     "all_gather_ll_up_to": ll_of(tune::Collective::AllGather),
                     "reduce_scatter_ll_up_to": ll_of(tune::Collective::ReduceScatter),
                     "broadcast_ll_up_to": ll_of(tune::Collective::Broadcast),
+                    "staged_in_kernel_up_to": STAGED_REPORTED
+                        .iter()
+                        .map(|&(what, size, aligned)| {
+                            json!({
+                                "buffers": what,
+                                "elem_size": size,
+                                "aligned": aligned,
+                                "bytes": tune::staged_in_kernel_up_to(size, aligned, b),
+                            })
+                        })
+                        .collect::<Vec<_>>(),
                 }),
             )
         })
@@ -576,6 +610,17 @@ mod tests {
                     "{b:?} n={n}: LL wins small messages on GPUs only"
                 );
             }
+            let staged = be["staged_in_kernel_up_to"].as_array().unwrap();
+            assert_eq!(staged.len(), STAGED_REPORTED.len());
+            for (v, (_, size, aligned)) in staged.iter().zip(STAGED_REPORTED) {
+                assert_eq!(
+                    v["bytes"],
+                    json!(tune::staged_in_kernel_up_to(size, aligned, b)),
+                    "{b:?} {size} {aligned}"
+                );
+            }
+            // Aligned chunks: the kernel's copies at any size on GPUs, not on the emulator.
+            assert_eq!(staged[0]["bytes"].is_null(), b == BackendKind::Cuda);
         }
     }
 }

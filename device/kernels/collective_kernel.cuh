@@ -16,7 +16,7 @@
 // copies of the windows (detail::Local); the windows stage what peers read. The kernel cannot
 // check those addresses: the host validated them.
 //
-// Private to the built-in kernels (collectives_*.cu include it as "collective_kernel.cuh"), not
+// Private to the built-in kernels (collective_<type>.cu include it as "collective_kernel.cuh"), not
 // part of the public device API in include/symcomm/. The root build.rs adds device/kernels as an
 // include directory so that the header is embedded for NVRTC too.
 #pragma once

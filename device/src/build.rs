@@ -17,11 +17,12 @@
 //! - **nvcc** (found by [`crate::toolchain::find_nvcc`]): one fatbin with SASS for `sm_80`,
 //!   `sm_90` and PTX for `compute_90`; the `-Xptxas -v` report is parsed per kernel and
 //!   architecture, and with [`DeviceBuild::deny_spills`] a spilling kernel fails the build.
-//!   Without nvcc the build still succeeds with a cargo warning; the sources (and every header in
+//!   The `compute_90` PTX is kept as `<OUT_DIR>/<stem>.ptx`. Without nvcc the build still succeeds with a cargo warning; the sources (and every header in
 //!   the include directories) are embedded so that the host can compile them with NVRTC at run
 //!   time.
 //! - **emulator**: the host C++ compiler (`cc` crate) with `-DSYMCOMM_EMU` and the shim
-//!   `symcomm_emu.h` force-included, into a static library linked into the crate.
+//!   `symcomm_emu.h` force-included, into a static library linked into the crate
+//!   ([`DeviceBuild::emulator_only`]: this part alone).
 //!
 //! Kernels are `extern "C" __global__` functions followed by `SYMCOMM_EMU_KERNEL(name)`; the
 //! helper finds them by that marker.
@@ -55,6 +56,10 @@ pub struct DeviceBuild {
     deny_spills: bool,
     /// Rust kernel crates given to [`DeviceBuild::rust_kernels`].
     rust_crates: Vec<PathBuf>,
+    /// [`DeviceBuild::emulator_only`].
+    emulator_only: bool,
+    /// Flags given to [`DeviceBuild::emulator_flag`].
+    emulator_flags: Vec<String>,
 }
 
 /// A ptxas report entry with owned strings (the build-time form of [`crate::image::KernelReport`]).
@@ -100,6 +105,8 @@ impl DeviceBuild {
             includes: vec![PathBuf::from(INCLUDE_DIR)],
             deny_spills: false,
             rust_crates: Vec::new(),
+            emulator_only: false,
+            emulator_flags: Vec::new(),
         }
     }
 
@@ -156,6 +163,21 @@ impl DeviceBuild {
         self
     }
 
+    /// Builds the emulator archive only: no nvcc, no fatbins (the generated image has no GPU
+    /// code), and no warning about it. For C++ that GPU builds compile another way:
+    /// `symcomm-kernel`'s C ABI, which [`rust`] links with Rust kernels' PTX.
+    pub fn emulator_only(mut self) -> Self {
+        self.emulator_only = true;
+        self
+    }
+
+    /// Adds a flag of the host C++ compiler for the emulator archive (`-Werror`,
+    /// `-fsanitize=thread`, ...): after the helper's own, and part of the cache key like them.
+    pub fn emulator_flag(mut self, flag: impl Into<String>) -> Self {
+        self.emulator_flags.push(flag.into());
+        self
+    }
+
     /// Compiles everything (see the module docs) and writes `<OUT_DIR>/<name>_device_image.rs`.
     ///
     /// # Errors
@@ -200,7 +222,12 @@ impl DeviceBuild {
             self.compile_emulator(&out_dir, &cache, &watched)?;
         }
 
-        let (nvcc, reason) = match toolchain::find_nvcc() {
+        let search = if self.emulator_only {
+            NvccSearch::Disabled
+        } else {
+            toolchain::find_nvcc()
+        };
+        let (nvcc, reason) = match search {
             NvccSearch::Found(n) => (Some(n), String::new()),
             NvccSearch::Disabled => (None, "SYMCOMM_NVCC=none".to_owned()),
             NvccSearch::NotFound => (
@@ -258,10 +285,12 @@ impl DeviceBuild {
                 }
             }
         } else {
-            println!(
-                "cargo:warning=symcomm: building `{}` without nvcc ({reason}); kernels will be compiled with NVRTC at run time on a GPU, the emulator works as usual",
-                self.name
-            );
+            if !self.emulator_only {
+                println!(
+                    "cargo:warning=symcomm: building `{}` without nvcc ({reason}); kernels will be compiled with NVRTC at run time on a GPU, the emulator works as usual",
+                    self.name
+                );
+            }
             fatbins.resize(self.sources.len(), None);
         }
 
@@ -370,6 +399,9 @@ impl DeviceBuild {
         for dir in &self.includes {
             build.include(dir);
         }
+        for flag in &self.emulator_flags {
+            build.flag(flag);
+        }
         for src in &self.sources {
             let abs = std::fs::canonicalize(src).map_err(|source| Error::Io {
                 path: src.clone(),
@@ -464,8 +496,10 @@ impl DeviceBuild {
         }
         let report_path = out_dir.join(format!("{stem}.ptxas.txt"));
         let isa_path = out_dir.join(format!("{stem}.ptx-isa"));
+        let ptx_path = out_dir.join(format!("{stem}.ptx"));
         let mut key = watched.clone();
-        key.part(b"fatbin")
+        // The entry's outputs are part of its key: an entry of another layout is never fetched.
+        key.part(b"fatbin,ptxas,isa,ptx")
             .part(nvcc.path.as_os_str().as_encoded_bytes())
             .part(version.as_bytes());
         for arg in cmd.get_args() {
@@ -478,6 +512,7 @@ impl DeviceBuild {
             ("fatbin", fatbin.as_path()),
             ("ptxas", report_path.as_path()),
             ("isa", isa_path.as_path()),
+            ("ptx", ptx_path.as_path()),
         ];
         if cache.fetch(&key, &outputs) {
             let stderr = read(&report_path)?;
@@ -505,17 +540,14 @@ impl DeviceBuild {
             path: report_path.clone(),
             source: source.into(),
         })?;
-        let ptx_isa = std::fs::read_dir(&keep)
-            .ok()
-            .into_iter()
-            .flatten()
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|e| e == "ptx"))
-            .find_map(|p| {
-                std::fs::read_to_string(p)
-                    .ok()
-                    .and_then(|t| ptx_version(&t))
-            });
+        // The PTX that nvcc embedded (kept as `<stem>.ptx` for inspection: tests/device_image.rs
+        // reads the built PTX of symcomm's kernels).
+        let kept = keep.join(format!("{stem}.{PTX_ARCH}.ptx"));
+        std::fs::copy(&kept, &ptx_path).map_err(|source| Error::Io {
+            path: kept.clone(),
+            source: source.into(),
+        })?;
+        let ptx_isa = ptx_version(&read(&ptx_path)?);
         std::fs::write(&isa_path, ptx_isa.as_deref().unwrap_or("")).map_err(|source| {
             Error::Io {
                 path: isa_path.clone(),

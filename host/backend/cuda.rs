@@ -53,4 +53,7 @@ pub use vmm::{HostMapped, VmmRange, VmmSegment, gpu_uuid};
 
 // Named only through `crate::testing::cuda` (the `testing` feature).
 #[cfg_attr(not(feature = "testing"), allow(unused_imports))]
-pub use {module::ModuleOrigin, nvrtc::nvrtc_compile};
+pub use {
+    module::ModuleOrigin,
+    nvrtc::{nvrtc_compile, nvrtc_compile_with},
+};

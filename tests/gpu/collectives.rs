@@ -32,7 +32,7 @@ pub(crate) fn collective_checks_gpu(
     summary: &mut serde_json::Map<String, Value>,
     dev: &CudaDevice,
 ) {
-    // One module per source file (collectives_float.cu, _fp8.cu, _int.cu).
+    // One module per source file (collective_f32.cu, collective_u8.cu, ...: one per element type).
     let start = Instant::now();
     let names = collective_kernel_names();
     let mut modules: Vec<(&'static str, CudaModule)> = Vec::new();

@@ -90,6 +90,20 @@ pub(super) fn c_string(what: &str, s: &str) -> Result<CString> {
 /// NVRTC's error and the program log); [`Error::InvalidArgument`] when the image lacks the
 /// module's source or a source contains a NUL byte.
 pub fn nvrtc_compile(image: &DeviceImage, module: &Module, arch: &str) -> Result<String> {
+    nvrtc_compile_with(image, module, arch, &[])
+}
+
+/// [`nvrtc_compile`] with `extra` NVRTC options after the two it always passes (the NVRTC check
+/// compiles some modules with `--Ofast-compile=max`).
+///
+/// # Errors
+/// As [`nvrtc_compile`]; an option NVRTC does not know fails the compilation.
+pub fn nvrtc_compile_with(
+    image: &DeviceImage,
+    module: &Module,
+    arch: &str,
+    extra: &[&str],
+) -> Result<String> {
     nvrtc()?;
     let src = image.source(module.source_name).ok_or_else(|| {
         Error::InvalidArgument(format!(
@@ -123,10 +137,13 @@ pub fn nvrtc_compile(image: &DeviceImage, module: &Module, arch: &str) -> Result
         )
     })?;
     let program = Program(raw);
-    let options = [
+    let mut options = vec![
         c_string("arch", &format!("--gpu-architecture={arch}"))?,
         c_string("option", "-std=c++17")?,
     ];
+    for o in extra {
+        options.push(c_string("option", o)?);
+    }
     let option_ptrs: Vec<*const c_char> = options.iter().map(|o| o.as_ptr()).collect();
     // SAFETY: `program` is live; the option array holds `len` NUL-terminated strings that
     // outlive the call.

@@ -1,0 +1,7 @@
+// The built-in collective kernel for int (see collective_kernel.cuh). One file per element
+// type: a build compiles each on its own, and a process that compiles at run time (NVRTC) or
+// loads modules on first use takes only the types it calls.
+#include "collective_kernel.cuh"
+
+SYMCOMM_COLLECTIVE_KERNEL(i32, int)
+SYMCOMM_EMU_KERNEL(symcomm_collective_i32)
