@@ -1,6 +1,6 @@
 // The built-in collective kernel for int (see collective_kernel.cuh). One file per element
-// type: a build compiles each on its own, and a process that compiles at run time (NVRTC) or
-// loads modules on first use takes only the types it calls.
+// type: builds compile them in parallel, and a test build that calls one type (the
+// ThreadSanitizer suite's planted bugs, say) compiles only that one.
 #include "collective_kernel.cuh"
 
 SYMCOMM_COLLECTIVE_KERNEL(i32, int)

@@ -594,11 +594,7 @@ impl Stream {
                 Arc::new(move || {
                     // SAFETY: a live, aligned word (this function's contract), accessed
                     // atomically by every party.
-                    let word = unsafe {
-                        std::sync::atomic::AtomicU32::from_ptr(
-                            std::ptr::with_exposed_provenance_mut::<u32>(addr as usize),
-                        )
-                    };
+                    let word = unsafe { emu_word(addr) };
                     // Sleeps until a host thread says it wrote a word (`words_written`), looking
                     // again at least every millisecond.
                     let start = std::time::Instant::now();
@@ -639,11 +635,7 @@ impl Stream {
                 emu,
                 Arc::new(move || {
                     // SAFETY: as for `wait_word`.
-                    let word = unsafe {
-                        std::sync::atomic::AtomicU32::from_ptr(
-                            std::ptr::with_exposed_provenance_mut::<u32>(addr as usize),
-                        )
-                    };
+                    let word = unsafe { emu_word(addr) };
                     word.store(value, std::sync::atomic::Ordering::Release);
                     Ok(())
                 }),
@@ -793,6 +785,20 @@ impl Stream {
     /// user's own `cuStreamBeginCapture`), as the driver reports (`cuStreamIsCapturing`).
     pub fn is_capturing(&self) -> bool {
         self.capture().is_some() || self.inner.cuda().is_some_and(cuda::Stream::is_capturing)
+    }
+}
+
+/// Emulator: the word at device address `addr` (host memory there), as [`Stream::wait_word`]
+/// and [`Stream::write_word`] access it.
+///
+/// # Safety
+/// `addr` is a live, 4-aligned word, accessed only atomically while the reference lives.
+unsafe fn emu_word<'a>(addr: u64) -> &'a std::sync::atomic::AtomicU32 {
+    // SAFETY: forwarded from this function's contract.
+    unsafe {
+        std::sync::atomic::AtomicU32::from_ptr(std::ptr::with_exposed_provenance_mut::<u32>(
+            addr as usize,
+        ))
     }
 }
 

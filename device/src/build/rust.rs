@@ -8,8 +8,9 @@
 //! 2. The PTX is checked: every `.extern .func` must be a `symcomm_rs_*` function of the device
 //!    library's C ABI (`kernel/ffi.cu`); anything else (a `core` function the optimizer did not
 //!    inline) would fail at link time with a worse message.
-//! 3. Per SASS architecture: `ptxas -c` the PTX, `nvcc -rdc=true -c` the C ABI, `nvlink` the two
-//!    into one cubin; `fatbinary` packs the cubins. Calls across the boundary are real calls.
+//! 3. The C ABI to relocatable PTX for the same `sm_80` (`nvcc -rdc=true -ptx`, once); per SASS
+//!    architecture: `ptxas -c` both PTX files, `nvlink` the two objects into one cubin;
+//!    `fatbinary` packs the cubins. Calls across the boundary are real calls.
 //!
 //! On the emulator the same crate, built for the host by cargo as an ordinary dependency, provides
 //! the `symcomm_emu_entry_<name>` functions; `symcomm-kernel`'s own build script compiles the C
@@ -131,12 +132,22 @@ fn shared_dir(out_dir: &Path) -> PathBuf {
     }
 }
 
-/// The cache key of the C ABI's object for `arch`: its source and every header it may include
-/// (contents), the compiler and the architecture.
-fn ffi_key(nvcc: &Nvcc, includes: &[PathBuf], arch: &str) -> u64 {
+/// The flags of the C ABI's PTX (`nvcc -ptx`): relocatable, for [`RUST_PTX_CPU`] like the
+/// kernels' PTX, so that one PTX serves every SASS target.
+const FFI_PTX_FLAGS: [&str; 4] = ["-std=c++17", "-O3", "-rdc=true", "-ptx"];
+
+/// The cache key of the C ABI's PTX and objects: its source and every header it may include
+/// (contents), the compiler and its flags.
+fn ffi_key(nvcc: &Nvcc, includes: &[PathBuf]) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    (nvcc.path.as_os_str(), arch, "-std=c++17 -O3 -rdc=true").hash(&mut h);
+    (
+        nvcc.path.as_os_str(),
+        RUST_PTX_CPU,
+        FFI_PTX_FLAGS,
+        "ptxas -O3 -c",
+    )
+        .hash(&mut h);
     let mut files = vec![PathBuf::from(KERNEL_FFI_SOURCE)];
     let mut headers = Vec::new();
     for dir in includes
@@ -336,19 +347,46 @@ pub(super) fn build(
         sibling(nvcc, "nvlink"),
         sibling(nvcc, "fatbinary"),
     );
+    // The C ABI depends only on its sources and the compiler: its PTX and objects are built once
+    // per content, shared by every profile's build. One PTX (front end once), one object per
+    // SASS target.
+    let ffi_dir = shared.join(format!("ffi-{:016x}", ffi_key(nvcc, includes)));
+    let ffi_ptx = ffi_dir.join("ffi.ptx");
+    if !ffi_ptx.is_file() {
+        std::fs::create_dir_all(&ffi_dir).map_err(|e| io_error(&ffi_dir, e))?;
+        // Written under a unique name, then renamed: concurrent builds (debug and release at
+        // once) never see a partial file.
+        let partial = ffi_dir.join(format!("ffi.ptx.{}", std::process::id()));
+        let mut cc = Command::new(&nvcc.path);
+        cc.args(FFI_PTX_FLAGS)
+            .arg(format!("-arch={}", RUST_PTX_CPU.replace("sm_", "compute_")));
+        for inc in includes {
+            cc.arg("-I").arg(inc);
+        }
+        cc.arg("-I")
+            .arg(KERNELS_DIR)
+            .arg(KERNEL_FFI_SOURCE)
+            .arg("-o")
+            .arg(&partial);
+        run("nvcc", &mut cc, KERNEL_FFI_SOURCE)?;
+        std::fs::rename(&partial, &ffi_ptx).map_err(|e| io_error(&ffi_ptx, e))?;
+    }
     let results: Vec<Result<PathBuf, Error>> = std::thread::scope(|scope| {
         let jobs: Vec<_> = SASS_ARCHS
             .iter()
             .map(|arch| {
-                let (work, shared, ptx_path, ptxas, nvlink, crate_ident) =
-                    (&work, &shared, &ptx_path, &ptxas, &nvlink, &crate_ident);
+                let (work, ffi_dir, ffi_ptx, ptx_path, ptxas, nvlink, crate_ident) = (
+                    &work,
+                    &ffi_dir,
+                    &ffi_ptx,
+                    &ptx_path,
+                    &ptxas,
+                    &nvlink,
+                    &crate_ident,
+                );
                 scope.spawn(move || -> Result<PathBuf, Error> {
                     let rust_o = work.join(format!("rust.{arch}.o"));
-                    // The C ABI's object depends only on its sources, the compiler and the
-                    // architecture: built once per content, shared by every profile's build.
-                    let ffi_dir =
-                        shared.join(format!("ffi-{:016x}", ffi_key(nvcc, includes, arch)));
-                    let ffi_o = ffi_dir.join("ffi.o");
+                    let ffi_o = ffi_dir.join(format!("ffi.{arch}.o"));
                     let cubin = work.join(format!("{arch}.cubin"));
                     run(
                         "ptxas",
@@ -362,25 +400,18 @@ pub(super) fn build(
                         &ptx_path.display().to_string(),
                     )?;
                     if !ffi_o.is_file() {
-                        std::fs::create_dir_all(&ffi_dir).map_err(|e| io_error(&ffi_dir, e))?;
-                        // Written under a unique name, then renamed: concurrent builds (debug
-                        // and release at once) never see a partial object.
-                        let partial = ffi_dir.join(format!("ffi.o.{}", std::process::id()));
-                        let mut cc = Command::new(&nvcc.path);
-                        cc.arg("-std=c++17")
-                            .arg("-O3")
-                            .arg("-rdc=true")
-                            .arg(format!("-arch={arch}"))
-                            .arg("-c");
-                        for inc in includes {
-                            cc.arg("-I").arg(inc);
-                        }
-                        cc.arg("-I")
-                            .arg(KERNELS_DIR)
-                            .arg(KERNEL_FFI_SOURCE)
-                            .arg("-o")
-                            .arg(&partial);
-                        run("nvcc", &mut cc, KERNEL_FFI_SOURCE)?;
+                        let partial = ffi_dir.join(format!("ffi.{arch}.o.{}", std::process::id()));
+                        run(
+                            "ptxas",
+                            Command::new(ptxas)
+                                .arg(format!("-arch={arch}"))
+                                .arg("-O3")
+                                .arg("-c")
+                                .arg(ffi_ptx)
+                                .arg("-o")
+                                .arg(&partial),
+                            &ffi_ptx.display().to_string(),
+                        )?;
                         std::fs::rename(&partial, &ffi_o).map_err(|e| io_error(&ffi_o, e))?;
                     }
                     run(
