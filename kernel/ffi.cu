@@ -1,10 +1,8 @@
 // The device library's C ABI for Rust kernels (the `symcomm-kernel` crate, kernel/src/ffi.rs).
 //
-// Each function wraps one primitive of the CUDA C++ device library (include/symcomm/) so that
-// Rust code calls the one implementation instead of a second one: on a GPU this file is compiled
-// with `nvcc -rdc=true` and linked with the Rust kernels' PTX by nvlink (symcomm_device::build);
-// on the emulator it is compiled by the host C++ compiler with the emulator shim
-// (kernel/build.rs) and linked into the Rust program.
+// This file: errors, signals and semaphores, barriers, put / get and the collectives'
+// partitions; the collectives themselves are in ffi_collective_<type>.cu; what they share, and
+// how the files are built, in ffi.cuh.
 //
 // The boundary carries scalars and pointers only (aggregates by value across `extern "C"` are
 // not settled on nvptx): handles by pointer, statuses as SYMCOMM_STATUS_* codes, groups and
@@ -12,9 +10,7 @@
 // as the C++ function it wraps (the contracts are in the headers); a code outside the ones below
 // is a bug of the Rust wrapper, answered with SYMCOMM_STATUS_INVALID_ARGUMENT where a status is
 // returned.
-#include <symcomm/symcomm.cuh>
-
-#include "collective_kernel.cuh"
+#include "ffi.cuh"
 
 /// Group codes (`symcomm_kernel::Group::CODE`).
 #define SYMCOMM_RS_THREAD 0u
@@ -24,12 +20,6 @@
 /// Scope codes (`symcomm_kernel::Scope`): the values of symcomm::Scope.
 #define SYMCOMM_RS_SCOPE_GPU 0u
 #define SYMCOMM_RS_SCOPE_SYS 1u
-
-#if defined(SYMCOMM_EMU)
-#define SYMCOMM_RS_FFI extern "C"
-#else
-#define SYMCOMM_RS_FFI extern "C" __device__ __noinline__
-#endif
 
 namespace {
 
@@ -106,34 +96,6 @@ SYMCOMM_DEVICE uint32_t with_size(uint32_t elem_size, F f) {
 template <typename T>
 SYMCOMM_DEVICE WindowSlice<T> slice(const WindowHandleRaw* w, uint64_t offset) {
     return WindowHandle<T>(*w).at(offset);
-}
-
-/// One collective of the device library on elements of T, as `args` describes it (kind, op,
-/// root, scope: SYMCOMM_SCOPE_GRID with first barrier index `index`, or SYMCOMM_SCOPE_CTA on
-/// barrier index `index`; `tile_stride` unused). Returns the collective's status, the same on
-/// every thread of the CTA.
-template <typename T>
-SYMCOMM_DEVICE uint32_t rs_collective(const DevComm& comm, const CollArgs& args) {
-    const Cta g;
-    if (comm.abi_version != SYMCOMM_ABI_VERSION) {
-        if (g.thread_rank() == 0) {
-            record_error(Thread{}, comm, Status::AbiMismatch, comm.rank, SYMCOMM_OP_COLLECTIVE, args.kind);
-        }
-        return SYMCOMM_STATUS_ABI_MISMATCH;
-    }
-    const bool reduction = is_reduction_kind(args.kind);
-    const bool valid = args.kind < SYMCOMM_COLL_COUNT && args.dtype == uint32_t(TypeTraits<T>::dtype) &&
-                       (!reduction || redop_valid(args.redop)) && args.scope <= SYMCOMM_SCOPE_CTA;
-    if (!valid) return uint32_t(detail::refuse(g, comm, args.kind, SYMCOMM_REFUSED_CODE));
-    const CollScope scope = args.scope == SYMCOMM_SCOPE_CTA ? cta_scope(args.index) : grid_scope(args.index);
-    const Call c{comm, args, scope, args.src_offset, args.dst_offset, 0};
-    Status st = Status::Ok;
-    if (reduction) {
-        detail::dispatch_op<RunReduction, T>(RedOp(args.redop), g, c, st);
-    } else {
-        st = run_copy<T>(g, c);
-    }
-    return uint32_t(st);
 }
 
 }  // namespace
@@ -274,19 +236,3 @@ SYMCOMM_RS_FFI void symcomm_rs_two_shot_part(uint32_t grid, uint32_t index, uint
         return 0u;
     });
 }
-
-/// `symcomm_rs_collective_<dtype>(comm, args)`: one collective on elements of `<dtype>` (see
-/// rs_collective). One function per type keeps each function small for ptxas.
-#define SYMCOMM_RS_COLLECTIVE(suffix, T)                                                                     \
-    SYMCOMM_RS_FFI uint32_t symcomm_rs_collective_##suffix(const DevComm* comm, const CollArgs* args) { \
-        return rs_collective<T>(*comm, *args);                                                               \
-    }
-SYMCOMM_RS_COLLECTIVE(f32, float)
-SYMCOMM_RS_COLLECTIVE(f64, double)
-SYMCOMM_RS_COLLECTIVE(f16, half_t)
-SYMCOMM_RS_COLLECTIVE(bf16, bfloat16_t)
-SYMCOMM_RS_COLLECTIVE(i32, int)
-SYMCOMM_RS_COLLECTIVE(u32, unsigned int)
-SYMCOMM_RS_COLLECTIVE(i64, long long)
-SYMCOMM_RS_COLLECTIVE(u64, unsigned long long)
-#undef SYMCOMM_RS_COLLECTIVE

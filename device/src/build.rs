@@ -253,16 +253,7 @@ impl DeviceBuild {
                     })
                     .collect();
                 jobs.into_iter()
-                    .map(|j| {
-                        j.join().unwrap_or_else(|_| {
-                            Err(Error::CompileFailed {
-                                tool: "nvcc",
-                                what: "a source file".into(),
-                                status: "the compiling thread panicked".into(),
-                                stderr: String::new(),
-                            })
-                        })
-                    })
+                    .map(|j| joined(j, "a source file"))
                     .collect()
             });
             for result in results {
@@ -330,14 +321,15 @@ impl DeviceBuild {
         let rust_inputs: Vec<PathBuf> = if self.rust_crates.is_empty() {
             Vec::new()
         } else {
-            [
-                rust::KERNEL_FFI_SOURCE,
-                rust::KERNEL_CRATE_DIR,
-                rust::KERNELS_DIR,
-            ]
-            .iter()
-            .map(PathBuf::from)
-            .collect()
+            rust::KERNEL_FFI_SOURCES
+                .iter()
+                .chain(&[
+                    rust::KERNEL_FFI_HEADER,
+                    rust::KERNEL_CRATE_DIR,
+                    rust::KERNELS_DIR,
+                ])
+                .map(PathBuf::from)
+                .collect()
         };
         self.sources
             .iter()
@@ -737,6 +729,21 @@ fn read(p: &Path) -> Result<String, Error> {
     std::fs::read_to_string(p).map_err(|source| Error::Io {
         path: p.to_owned(),
         source: source.into(),
+    })
+}
+
+/// The result of a build thread; a panic is an error naming `what`.
+fn joined<T>(
+    job: std::thread::ScopedJoinHandle<'_, Result<T, Error>>,
+    what: &str,
+) -> Result<T, Error> {
+    job.join().unwrap_or_else(|_| {
+        Err(Error::CompileFailed {
+            tool: "symcomm build",
+            what: what.to_owned(),
+            status: "the building thread panicked".into(),
+            stderr: String::new(),
+        })
     })
 }
 

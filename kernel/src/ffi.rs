@@ -1,4 +1,4 @@
-//! The device library's C ABI for Rust kernels: the functions of `kernel/ffi.cu`, each wrapping
+//! The device library's C ABI for Rust kernels: the functions of `kernel/ffi*.cu`, each wrapping
 //! one C++ primitive. Scalars and pointers only; groups and scopes as codes
 //! ([`crate::Group::CODE`], [`crate::Scope`]); statuses as `SYMCOMM_STATUS_*`.
 

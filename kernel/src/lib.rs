@@ -10,7 +10,7 @@
 //! One implementation: the small, hot primitives (coordinates, group syncs, ordered loads and
 //! stores, atomics) are native Rust — inline PTX on the GPU, `core::sync::atomic` and the
 //! emulator runtime elsewhere — and everything with a protocol (waits, barriers, put / get,
-//! collectives) calls the C++ implementation through a C ABI (`kernel/ffi.cu`), linked with the
+//! collectives) calls the C++ implementation through a C ABI (`kernel/ffi*.cu`), linked with the
 //! kernels' PTX by nvlink on GPUs and compiled by the host C++ compiler for the emulator.
 //!
 //! A crate of Rust kernels is `#![no_std]` and builds for two targets:

@@ -6,11 +6,12 @@
 //!    calling into `core`), `--emit=asm` to one file. The toolchain is `SYMCOMM_RUST_NIGHTLY`
 //!    (default `nightly`); it needs the `rust-src` component.
 //! 2. The PTX is checked: every `.extern .func` must be a `symcomm_rs_*` function of the device
-//!    library's C ABI (`kernel/ffi.cu`); anything else (a `core` function the optimizer did not
+//!    library's C ABI (`kernel/ffi*.cu`); anything else (a `core` function the optimizer did not
 //!    inline) would fail at link time with a worse message.
-//! 3. The C ABI to relocatable PTX for the same `sm_80` (`nvcc -rdc=true -ptx`, once); per SASS
-//!    architecture: `ptxas -c` both PTX files, `nvlink` the two objects into one cubin;
-//!    `fatbinary` packs the cubins. Calls across the boundary are real calls.
+//! 3. The C ABI ([`KERNEL_FFI_SOURCES`]) to relocatable PTX for the same `sm_80` (`nvcc
+//!    -rdc=true -ptx`, once per source, the sources concurrently); per SASS architecture: `ptxas
+//!    -c` every PTX file, `nvlink` the objects into one cubin; `fatbinary` packs the cubins. Calls
+//!    across the boundary are real calls.
 //!
 //! On the emulator the same crate, built for the host by cargo as an ordinary dependency, provides
 //! the `symcomm_emu_entry_<name>` functions; `symcomm-kernel`'s own build script compiles the C
@@ -19,13 +20,33 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::{SASS_ARCHS, io_error, read};
+use super::{SASS_ARCHS, io_error, joined, read};
 use crate::Error;
 use crate::ptx::{ptx_entries, ptx_extern_functions};
 use crate::toolchain::Nvcc;
 
-/// The C ABI of the device library for Rust kernels.
-pub const KERNEL_FFI_SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../kernel/ffi.cu");
+/// A file of the `symcomm-kernel` crate's directory.
+macro_rules! kernel_file {
+    ($name:literal) => {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../kernel/", $name)
+    };
+}
+
+/// The sources of the device library's C ABI for Rust kernels (`kernel/ffi.cuh` says what each
+/// holds): compiled one by one, concurrently, and linked together.
+pub const KERNEL_FFI_SOURCES: [&str; 9] = [
+    kernel_file!("ffi.cu"),
+    kernel_file!("ffi_collective_f32.cu"),
+    kernel_file!("ffi_collective_f64.cu"),
+    kernel_file!("ffi_collective_f16.cu"),
+    kernel_file!("ffi_collective_bf16.cu"),
+    kernel_file!("ffi_collective_i32.cu"),
+    kernel_file!("ffi_collective_u32.cu"),
+    kernel_file!("ffi_collective_i64.cu"),
+    kernel_file!("ffi_collective_u64.cu"),
+];
+/// The header the C ABI's sources share.
+pub(super) const KERNEL_FFI_HEADER: &str = kernel_file!("ffi.cuh");
 /// The directory of the device library's private kernel headers (`collective_kernel.cuh`), which
 /// the C ABI includes.
 pub(super) const KERNELS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/kernels");
@@ -148,7 +169,11 @@ fn ffi_key(nvcc: &Nvcc, includes: &[PathBuf]) -> u64 {
         "ptxas -O3 -c",
     )
         .hash(&mut h);
-    let mut files = vec![PathBuf::from(KERNEL_FFI_SOURCE)];
+    let mut files: Vec<PathBuf> = KERNEL_FFI_SOURCES
+        .iter()
+        .chain([&KERNEL_FFI_HEADER])
+        .map(PathBuf::from)
+        .collect();
     let mut headers = Vec::new();
     for dir in includes
         .iter()
@@ -264,6 +289,73 @@ fn run(tool: &'static str, cmd: &mut Command, what: &str) -> Result<(), Error> {
     }
 }
 
+/// Assembles relocatable PTX into an object for `arch` (`ptxas -c`, optimized), for nvlink.
+fn ptxas_object(ptxas: &Path, arch: &str, ptx: &Path, out: &Path) -> Result<(), Error> {
+    run(
+        "ptxas",
+        Command::new(ptxas)
+            .arg(format!("-arch={arch}"))
+            .arg("-O3")
+            .arg("-c")
+            .arg(ptx)
+            .arg("-o")
+            .arg(out),
+        &ptx.display().to_string(),
+    )
+}
+
+/// One source of the C ABI built in `dir`: its relocatable PTX (`<stem>.ptx`), then an object per
+/// SASS target (`<stem>.<arch>.o`, in [`SASS_ARCHS`] order). What `dir` already holds is kept: its
+/// name is the key of everything in it ([`ffi_key`]).
+fn ffi_objects(
+    nvcc: &Nvcc,
+    ptxas: &Path,
+    includes: &[PathBuf],
+    dir: &Path,
+    src: &Path,
+) -> Result<Vec<PathBuf>, Error> {
+    let stem = src
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let ptx = dir.join(format!("{stem}.ptx"));
+    build_once(&ptx, |partial| {
+        let mut cc = Command::new(&nvcc.path);
+        cc.args(FFI_PTX_FLAGS)
+            .arg(format!("-arch={}", RUST_PTX_CPU.replace("sm_", "compute_")));
+        for inc in includes {
+            cc.arg("-I").arg(inc);
+        }
+        cc.arg("-I")
+            .arg(KERNELS_DIR)
+            .arg(src)
+            .arg("-o")
+            .arg(partial);
+        run("nvcc", &mut cc, &src.display().to_string())
+    })?;
+    SASS_ARCHS
+        .iter()
+        .map(|arch| {
+            let obj = dir.join(format!("{stem}.{arch}.o"));
+            build_once(&obj, |partial| ptxas_object(ptxas, arch, &ptx, partial))?;
+            Ok(obj)
+        })
+        .collect()
+}
+
+/// Makes `path` with `make` unless it exists. `make` writes a unique name, renamed to `path` on
+/// success: concurrent builds (debug and release at once) never see a partial file.
+fn build_once(path: &Path, make: impl FnOnce(&Path) -> Result<(), Error>) -> Result<(), Error> {
+    if path.is_file() {
+        return Ok(());
+    }
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(format!(".{}", std::process::id()));
+    let partial = PathBuf::from(partial);
+    make(&partial)?;
+    std::fs::rename(&partial, path).map_err(|e| io_error(path, e))
+}
+
 /// The tool `name` next to `nvcc` (the pinned toolchain keeps ptxas, nvlink and fatbinary there).
 fn sibling(nvcc: &Nvcc, name: &str) -> PathBuf {
     nvcc.path
@@ -348,105 +440,50 @@ pub(super) fn build(
         sibling(nvcc, "fatbinary"),
     );
     // The C ABI depends only on its sources and the compiler: its PTX and objects are built once
-    // per content, shared by every profile's build. One PTX (front end once), one object per
-    // SASS target.
+    // per content, shared by every profile's build. Per source one PTX (front end once) and one
+    // object per SASS target; the sources concurrently, beside the kernels' own objects.
     let ffi_dir = shared.join(format!("ffi-{:016x}", ffi_key(nvcc, includes)));
-    let ffi_ptx = ffi_dir.join("ffi.ptx");
-    if !ffi_ptx.is_file() {
-        std::fs::create_dir_all(&ffi_dir).map_err(|e| io_error(&ffi_dir, e))?;
-        // Written under a unique name, then renamed: concurrent builds (debug and release at
-        // once) never see a partial file.
-        let partial = ffi_dir.join(format!("ffi.ptx.{}", std::process::id()));
-        let mut cc = Command::new(&nvcc.path);
-        cc.args(FFI_PTX_FLAGS)
-            .arg(format!("-arch={}", RUST_PTX_CPU.replace("sm_", "compute_")));
-        for inc in includes {
-            cc.arg("-I").arg(inc);
-        }
-        cc.arg("-I")
-            .arg(KERNELS_DIR)
-            .arg(KERNEL_FFI_SOURCE)
-            .arg("-o")
-            .arg(&partial);
-        run("nvcc", &mut cc, KERNEL_FFI_SOURCE)?;
-        std::fs::rename(&partial, &ffi_ptx).map_err(|e| io_error(&ffi_ptx, e))?;
-    }
-    let results: Vec<Result<PathBuf, Error>> = std::thread::scope(|scope| {
-        let jobs: Vec<_> = SASS_ARCHS
+    std::fs::create_dir_all(&ffi_dir).map_err(|e| io_error(&ffi_dir, e))?;
+    let (ffi, rust): (Vec<_>, Vec<_>) = std::thread::scope(|scope| {
+        let ffi: Vec<_> = KERNEL_FFI_SOURCES
+            .iter()
+            .map(|src| {
+                let (ptxas, ffi_dir) = (&ptxas, &ffi_dir);
+                scope.spawn(move || ffi_objects(nvcc, ptxas, includes, ffi_dir, Path::new(src)))
+            })
+            .collect();
+        let rust: Vec<_> = SASS_ARCHS
             .iter()
             .map(|arch| {
-                let (work, ffi_dir, ffi_ptx, ptx_path, ptxas, nvlink, crate_ident) = (
-                    &work,
-                    &ffi_dir,
-                    &ffi_ptx,
-                    &ptx_path,
-                    &ptxas,
-                    &nvlink,
-                    &crate_ident,
-                );
-                scope.spawn(move || -> Result<PathBuf, Error> {
-                    let rust_o = work.join(format!("rust.{arch}.o"));
-                    let ffi_o = ffi_dir.join(format!("ffi.{arch}.o"));
-                    let cubin = work.join(format!("{arch}.cubin"));
-                    run(
-                        "ptxas",
-                        Command::new(ptxas)
-                            .arg(format!("-arch={arch}"))
-                            .arg("-O3")
-                            .arg("-c")
-                            .arg(ptx_path)
-                            .arg("-o")
-                            .arg(&rust_o),
-                        &ptx_path.display().to_string(),
-                    )?;
-                    if !ffi_o.is_file() {
-                        let partial = ffi_dir.join(format!("ffi.{arch}.o.{}", std::process::id()));
-                        run(
-                            "ptxas",
-                            Command::new(ptxas)
-                                .arg(format!("-arch={arch}"))
-                                .arg("-O3")
-                                .arg("-c")
-                                .arg(ffi_ptx)
-                                .arg("-o")
-                                .arg(&partial),
-                            &ffi_ptx.display().to_string(),
-                        )?;
-                        std::fs::rename(&partial, &ffi_o).map_err(|e| io_error(&ffi_o, e))?;
-                    }
-                    run(
-                        "nvlink",
-                        Command::new(nvlink)
-                            .arg(format!("-arch={arch}"))
-                            .arg(&rust_o)
-                            .arg(&ffi_o)
-                            .arg("-o")
-                            .arg(&cubin),
-                        &format!("{crate_ident} for {arch}"),
-                    )?;
-                    Ok(cubin)
+                let (ptxas, work, ptx_path) = (&ptxas, &work, &ptx_path);
+                scope.spawn(move || {
+                    let obj = work.join(format!("rust.{arch}.o"));
+                    ptxas_object(ptxas, arch, ptx_path, &obj).map(|()| obj)
                 })
             })
             .collect();
-        jobs.into_iter()
-            .map(|j| {
-                j.join().unwrap_or_else(|_| {
-                    Err(Error::CompileFailed {
-                        tool: "symcomm build",
-                        what: "a Rust kernel link".into(),
-                        status: "the linking thread panicked".into(),
-                        stderr: String::new(),
-                    })
-                })
-            })
-            .collect()
+        (
+            ffi.into_iter().map(|j| joined(j, "the C ABI")).collect(),
+            rust.into_iter().map(|j| joined(j, &crate_ident)).collect(),
+        )
     });
+    let ffi = ffi
+        .into_iter()
+        .collect::<Result<Vec<Vec<PathBuf>>, Error>>()?;
+    let rust = rust.into_iter().collect::<Result<Vec<PathBuf>, Error>>()?;
     let fatbin = work.join(format!("{crate_ident}.fatbin"));
     let mut pack = Command::new(&fatbinary);
     pack.arg(format!("--create={}", fatbin.display()))
         .arg("-64");
-    for (arch, cubin) in SASS_ARCHS.iter().zip(results) {
-        let cubin = cubin?;
+    for (i, (arch, rust_o)) in SASS_ARCHS.iter().zip(&rust).enumerate() {
+        let cubin = work.join(format!("{arch}.cubin"));
+        let mut link = Command::new(&nvlink);
+        link.arg(format!("-arch={arch}")).arg(rust_o);
+        for objects in &ffi {
+            link.arg(&objects[i]);
+        }
+        link.arg("-o").arg(&cubin);
+        run("nvlink", &mut link, &format!("{crate_ident} for {arch}"))?;
         let sm = arch.trim_start_matches("sm_");
         pack.arg(format!(
             "--image3=kind=elf,sm={sm},file={}",

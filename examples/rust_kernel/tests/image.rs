@@ -1,7 +1,7 @@
 //! The GPU image of the Rust kernels, as `build.rs` made it (the pinned CUDA toolchain in CI):
 //!
 //! - a fatbin with SASS for sm_80 and sm_90, linked by nvlink from the kernels' PTX and the
-//!   device library's C ABI (`kernel/ffi.cu`);
+//!   device library's C ABI (`kernel/ffi*.cu`);
 //! - the embedded PTX (`rust_kernel_device.ptx`) defines exactly the image's kernels, calls
 //!   nothing but the C ABI (`symcomm_rs_*`: no `core` function left unresolved), and carries the
 //!   memory-ordering forms of symcomm-kernel's native primitives — the same instructions as the

@@ -1,6 +1,6 @@
 // ThreadSanitizer driver of this example's Rust kernels (device/src/lib.rs, primitives.rs), run by
 // `scripts/emu-tsan-rust` (and so by scripts/test): the kernels are built for the host as a static
-// library with `-Zsanitizer=thread`, the device library's C ABI (kernel/ffi.cu) and the emulator
+// library with `-Zsanitizer=thread`, the device library's C ABI (kernel/ffi*.cu) and the emulator
 // runtime with `-fsanitize=thread`, so TSan sees every access of the Rust code and of the C++
 // primitives it calls.
 //
