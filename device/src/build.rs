@@ -321,13 +321,10 @@ impl DeviceBuild {
         let rust_inputs: Vec<PathBuf> = if self.rust_crates.is_empty() {
             Vec::new()
         } else {
-            rust::KERNEL_FFI_SOURCES
+            // The C ABI's sources and header are in KERNEL_CRATE_DIR (a directory: cargo looks
+            // at every file in it).
+            [rust::KERNEL_CRATE_DIR, rust::KERNELS_DIR]
                 .iter()
-                .chain(&[
-                    rust::KERNEL_FFI_HEADER,
-                    rust::KERNEL_CRATE_DIR,
-                    rust::KERNELS_DIR,
-                ])
                 .map(PathBuf::from)
                 .collect()
         };

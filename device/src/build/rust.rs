@@ -46,7 +46,7 @@ pub const KERNEL_FFI_SOURCES: [&str; 9] = [
     kernel_file!("ffi_collective_u64.cu"),
 ];
 /// The header the C ABI's sources share.
-pub(super) const KERNEL_FFI_HEADER: &str = kernel_file!("ffi.cuh");
+const KERNEL_FFI_HEADER: &str = kernel_file!("ffi.cuh");
 /// The directory of the device library's private kernel headers (`collective_kernel.cuh`), which
 /// the C ABI includes.
 pub(super) const KERNELS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/kernels");
