@@ -116,7 +116,7 @@ def rank_main(device, count):
     # Host all-reduce, out of place on windows, and its time per call.
     fill()
     comm.all_reduce(src, dst)
-    wrong = int((host(d) != want).sum())
+    wrong, where = mismatches("host all_reduce", host(d), want)
     iters = 10 if gpu else 1
     comm.barrier()
     t0 = time.perf_counter()
@@ -128,7 +128,8 @@ def rank_main(device, count):
     x[:] = r
     y = zeros(1000 * n, "int32")
     comm.all_gather(x, y)
-    wrong += int((host(y) != np.repeat(np.arange(n, dtype=np.int32), 1000)).sum())
+    w, at = mismatches("all_gather", host(y), np.repeat(np.arange(n, dtype=np.int32), 1000))
+    wrong, where = wrong + w, where + at
     # The Triton one-shot all-reduce on the same windows.
     signal_base, signal_stride, signal_words, abort_flag, timeout, _, _ = st.comm_args(comm)
     block = 4096 if gpu else 256
@@ -136,6 +137,7 @@ def rank_main(device, count):
     tcount = min(count, 32 * block)
     grid = (tcount + block - 1) // block
     status = zeros(grid, "int32")
+    status[:] = -1  # a program that never stores its status shows as -1, not as OK (0)
     status_ptr = status.data_ptr() if gpu else status.ctypes.data
     d[:] = 0
     sync()
@@ -154,13 +156,31 @@ def rank_main(device, count):
         sync()
         t_us += (time.perf_counter() - t0) * 1e6
     comm.barrier()
-    got = host(d)[:tcount]
-    twrong = int((got != want[:tcount]).sum())
+    twrong, at = mismatches("triton one-shot", host(d)[:tcount], want[:tcount], block)
+    where += at
     bad = [v for v in host(status).tolist() if v != 0]
     fwrong, fused_text = fused_checks(comm, gpu, view, host, sync, dev, addr, timeout)
     print(f"rank {r}: host all_reduce {count} f32 {host_us:.1f} us, #wrong={wrong}; "
-          f"triton one-shot {tcount} f32 {t_us / iters:.1f} us, #wrong={twrong}, statuses={bad}; {fused_text}")
+          f"triton one-shot {tcount} f32 {t_us / iters:.1f} us, #wrong={twrong}, statuses={bad}; {fused_text}"
+          + "".join(f"; {w}" for w in where))
     return 0 if wrong == 0 and twrong == 0 and not bad and fwrong == 0 else 7
+
+
+def mismatches(what, got, want, block=None):
+    """The number of elements of ``got`` that differ from ``want``, and, when some do, a line
+    that says where (the first few indices with their values, and with ``block`` the programs
+    that hold them) so that a failure on the GPU tells more than a count."""
+    import numpy as np
+
+    bad = np.flatnonzero(got != want)
+    if bad.size == 0:
+        return 0, []
+    first = ", ".join(f"[{i}] {got[i]} (want {want[i]})" for i in bad[:4])
+    text = f"{what}: {bad.size} wrong of {got.size}, first {first}, last [{bad[-1]}]"
+    if block is not None:
+        programs = np.unique(bad // block)
+        text += f", in {programs.size} programs: {programs[:16].tolist()}"
+    return int(bad.size), [text]
 
 
 def fused_checks(comm, gpu, view, host, sync, dev, addr, timeout):
