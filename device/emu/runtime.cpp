@@ -7,7 +7,7 @@
 // concurrently, so any CTA may spin-wait for any other resident CTA, of this launch or of a rank
 // launching from another host thread; a CTA that waits for one that cannot be resident waits
 // until its bounded wait gives up, as on the GPU. The threads of a CTA are
-// fibers (ucontext) on that OS thread, switched cooperatively: a fiber runs until it waits at a
+// fibers (context.h) on that OS thread, switched cooperatively: a fiber runs until it waits at a
 // barrier (`__syncthreads`, `__syncwarp`, a shuffle or vote), yields (`__nanosleep`, the device
 // library's back-off), or returns. A barrier hands over to the next runnable fiber and the last
 // arrival releases everyone; a yield hands over too, and when every runnable fiber of the CTA has
@@ -33,7 +33,6 @@
 #include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
-#include <ucontext.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -43,6 +42,7 @@
 #include <mutex>
 #include <vector>
 
+#include "context.h"
 #include "symcomm_emu.h"
 #include "symcomm_emu_runtime.h"
 
@@ -75,6 +75,10 @@ void __tsan_release(void* addr);
 #define SYMCOMM_EMU_UNINSTRUMENTED __attribute__((no_sanitize("thread")))
 
 namespace {
+
+using symcomm_emu_context::Context;
+using symcomm_emu_context::context_make;
+using symcomm_emu_context::context_switch;
 
 constexpr unsigned kWarpSize = 32;
 constexpr unsigned kNone = ~0u;
@@ -109,7 +113,7 @@ struct Fiber {
     unsigned linear;   // x + y * bx + z * bx * by, as CUDA numbers lanes and warps
     uint64_t* canary;  // lowest words of the stack
     void* tsan;        // TSan fiber (null without TSan)
-    ucontext_t ctx;    // not movable once made: glibc points into it
+    Context ctx;       // not movable once made (ucontext: glibc points into it)
 };
 
 /// A barrier over a fixed group of a CTA's fibers (the whole CTA, or one warp). Operations of one
@@ -187,7 +191,7 @@ struct Cta {
     unsigned nsites = 0;
     // Fiber stacks: one mapping, a guard page below each stack when guarded.
     StackMap stacks;
-    ucontext_t main_ctx;
+    Context main_ctx;
     void* main_tsan = nullptr;
     char tsan_start = 0;  // released by the CTA thread before the first fiber runs
     char tsan_done = 0;   // released by every fiber as it returns
@@ -293,13 +297,10 @@ SYMCOMM_EMU_UNINSTRUMENTED unsigned next_runnable(const Cta* c) {
 
 /// Saves the running context into `save` and runs fiber `to` (or the CTA's main context when
 /// `to` is null). Returns when something switches back to `save`.
-SYMCOMM_EMU_UNINSTRUMENTED void switch_context(Cta* c, ucontext_t* save, Fiber* to) {
+SYMCOMM_EMU_UNINSTRUMENTED void switch_context(Cta* c, Context* save, Fiber* to) {
     tls_fiber = to;
     tsan_switch(to != nullptr ? to->tsan : c->main_tsan);
-    if (swapcontext(save, to != nullptr ? &to->ctx : &c->main_ctx) != 0) {
-        perror("symcomm emulator: swapcontext");
-        abort();
-    }
+    context_switch(*save, to != nullptr ? to->ctx : c->main_ctx);
 }
 
 /// Called by the running fiber after it changed its own state: runs the next runnable fiber and
@@ -491,7 +492,8 @@ void unmap_stacks(const StackMap& m) {
 /// The stacks of finished CTAs, kept for the next launch of the same shape: mapping them anew
 /// (an mmap, an mprotect per guard page, the first touch of every stack, the munmap) costs more
 /// than running a small kernel, and the tests launch thousands. Bounded (kMaxMaps mappings,
-/// kMaxBytes of address space); a launch that finds the StackBudget exhausted empties it first.
+/// kMaxBytes of address space, least recently cached out first); a launch that finds the
+/// StackBudget exhausted unmaps cached guarded mappings, oldest first, until its own fit.
 /// Not under ThreadSanitizer: TSan forgets what it knew about memory only when it is unmapped,
 /// so a reused stack would look like memory shared by unrelated emulated threads.
 class StackCache {
@@ -509,27 +511,41 @@ public:
         }
         return false;
     }
-    /// Keeps `m` for a later launch, or unmaps it when the cache is full.
+    /// Keeps `m` for a later launch, unmapping the least recently cached mappings to make room
+    /// (or `m` itself, when it alone exceeds the cache).
     void give(const StackMap& m) {
+        std::vector<StackMap> evicted;
         {
             std::lock_guard<std::mutex> hold(lock_);
-            if (maps_.size() < kMaxMaps && bytes_ + m.map_bytes <= kMaxBytes) {
+            if (m.map_bytes > kMaxBytes) {
+                evicted.push_back(m);
+            } else {
+                while (maps_.size() >= kMaxMaps || bytes_ + m.map_bytes > kMaxBytes) {
+                    evicted.push_back(maps_.front());
+                    bytes_ -= maps_.front().map_bytes;
+                    maps_.erase(maps_.begin());
+                }
                 maps_.push_back(m);
                 bytes_ += m.map_bytes;
-                return;
             }
         }
-        unmap_stacks(m);
+        for (const StackMap& e : evicted) unmap_stacks(e);
     }
-    /// Unmaps everything cached (giving its guard pages back to the StackBudget).
-    void clear() {
-        std::vector<StackMap> maps;
+    /// Unmaps the least recently cached guarded mapping (giving its guard pages back to the
+    /// StackBudget); false when none is cached.
+    bool release_oldest_guarded() {
+        StackMap m;
         {
             std::lock_guard<std::mutex> hold(lock_);
-            maps.swap(maps_);
-            bytes_ = 0;
+            size_t i = 0;
+            while (i < maps_.size() && !maps_[i].guarded) ++i;
+            if (i == maps_.size()) return false;
+            m = maps_[i];
+            bytes_ -= m.map_bytes;
+            maps_.erase(maps_.begin() + long(i));
         }
-        for (const StackMap& m : maps) unmap_stacks(m);
+        unmap_stacks(m);
+        return true;
     }
 
 private:
@@ -554,10 +570,7 @@ const char* map_stacks(unsigned nthreads, size_t stack_bytes, StackMap* out) {
     m.stack_bytes = stack_bytes;
     m.guarded = StackBudget::reserve(nthreads);
 #if !SYMCOMM_EMU_TSAN
-    if (!m.guarded) {
-        stack_cache.clear();
-        m.guarded = StackBudget::reserve(nthreads);
-    }
+    while (!m.guarded && stack_cache.release_oldest_guarded()) m.guarded = StackBudget::reserve(nthreads);
 #endif
     const size_t slot = stack_bytes + (m.guarded ? page : 0);
     m.map_bytes = slot * nthreads;
@@ -697,11 +710,7 @@ const char* setup_cta(Cta& c, const Launch& launch, uint3 block_idx, dim3 grid, 
                          ty, tz);
                 __tsan_set_fiber_name(f.tsan, name);
 #endif
-                if (getcontext(&f.ctx) != 0) return "getcontext failed";
-                f.ctx.uc_stack.ss_sp = lo;
-                f.ctx.uc_stack.ss_size = stack_bytes;
-                f.ctx.uc_link = nullptr;
-                makecontext(&f.ctx, fiber_main, 0);
+                if (!context_make(f.ctx, lo, stack_bytes, fiber_main)) return "getcontext failed";
             }
     return nullptr;
 }
