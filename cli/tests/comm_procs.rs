@@ -99,11 +99,17 @@ fn worker(role: &str) -> ExitCode {
                 })
                 .count();
             comm.barrier().unwrap();
+            // The ranks share the emulated GPU but not a process: `.gpu` scope does not cover
+            // their threads (one program's), so the library must synchronize at `.sys`.
+            let flags = comm.device_handle().unwrap().flags;
+            let scope_ok = comm.gpu_ranks() == comm.nranks()
+                && flags & symcomm::abi::SYMCOMM_COMM_SAME_GPU == 0;
             println!(
-                "RESULT rank={rank} pid={} wrong={wrong}",
-                std::process::id()
+                "RESULT rank={rank} pid={} wrong={wrong} gpu_ranks={} flags={flags:#x}",
+                std::process::id(),
+                comm.gpu_ranks()
             );
-            if wrong == 0 {
+            if wrong == 0 && scope_ok {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE

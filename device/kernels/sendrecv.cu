@@ -31,7 +31,8 @@
 // that runs several channels takes their pieces in increasing j (which keeps every wait's
 // dependency on a smaller piece: no deadlock while all CTAs are resident).
 //
-// Scope: .gpu when every rank runs on this GPU (SYMCOMM_COMM_SAME_GPU), .sys otherwise.
+// Scope: .gpu when every rank runs on this GPU in this process (SYMCOMM_COMM_SAME_GPU), .sys
+// otherwise.
 // Failures (Timeout, Aborted, Mismatch) land in the rank's ErrorRecord; the pair's counters are
 // then out of step and the communicator must be treated as broken.
 #include <symcomm/symcomm.cuh>

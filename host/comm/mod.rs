@@ -169,7 +169,8 @@ pub struct Communicator {
     /// GPU is divided among them.
     gpu_ranks: u32,
     /// Of those, the ranks in this rank's process (itself included): they share one CUDA
-    /// context, and with it the legacy default stream.
+    /// context, and with it the legacy default stream; when they are every rank, the device
+    /// library synchronizes at `.gpu` scope (`SYMCOMM_COMM_SAME_GPU`).
     gpu_ranks_in_process: u32,
     /// The same on every rank of this communicator and different for another one (a hash of
     /// its UniqueId): tells this communicator's ranks apart from other communicators' in the
@@ -285,7 +286,9 @@ impl Communicator {
             timeout_ns: u64::try_from(self.options.device_timeout.as_nanos()).unwrap_or(u64::MAX),
             ll_offset: SignalLayout::new(self.nranks).ll_offset,
             ll_lines: SYMCOMM_LL_LINES,
-            flags: if self.gpu_ranks == self.nranks {
+            // `.gpu` scope covers the threads of one program on one GPU (PTX ISA, "Scope"): ranks
+            // in other processes are outside it even on the same GPU, so they get `.sys`.
+            flags: if self.gpu_ranks_in_process == self.nranks {
                 SYMCOMM_COMM_SAME_GPU
             } else {
                 0

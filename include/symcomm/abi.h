@@ -98,8 +98,9 @@ typedef unsigned long long uint64_t;
 #define SYMCOMM_LL_EPOCH_BYTES ((SYMCOMM_USER_BARRIER_END * 8u + 15u) / 16u * 16u)
 
 /* Bits of DevComm::flags. */
-/** Every rank of the communicator runs on this rank's GPU: the library's own signal words
- *  (barriers) need only `.gpu` scope. */
+/** Every rank of the communicator runs on this rank's GPU, in this rank's process (one CUDA
+ *  context): the library's own signal words (barriers) need only `.gpu` scope, which covers the
+ *  threads of one program on one GPU. Ranks in other processes on the same GPU use `.sys`. */
 #define SYMCOMM_COMM_SAME_GPU 1u
 
 /* Status of a device-side wait or operation (also the `status` of an ErrorRecord). */

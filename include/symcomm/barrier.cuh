@@ -45,7 +45,7 @@ SYMCOMM_DEVICE uint32_t user_fingerprint(uint32_t tag, uint64_t a = 0, uint64_t 
 /// Ordering: every write made by the group's threads (on any rank, to any rank's memory) before
 /// the barrier is visible to every thread of every rank's group after its barrier returned Ok
 /// (release and acquire at system scope, or GPU scope when `comm.flags` has
-/// SYMCOMM_COMM_SAME_GPU: every rank runs on this GPU; the group is synchronized on entry and on
+/// SYMCOMM_COMM_SAME_GPU: every rank runs on this GPU in this process; the group is synchronized on entry and on
 /// return).
 /// Returns (the same on every thread of the group) Ok; Mismatch when a peer arrived with another
 /// fingerprint; Timeout when a peer did not arrive within `comm.timeout_ns`; Aborted when the

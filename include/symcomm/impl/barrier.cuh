@@ -42,7 +42,7 @@ SYMCOMM_DEVICE uint32_t user_fingerprint(uint32_t tag, uint64_t a, uint64_t b) {
 
 namespace detail {
 
-/// barrier() at memory scope S: Scope::Gpu when every rank runs on this GPU
+/// barrier() at memory scope S: Scope::Gpu when every rank runs on this GPU in this process
 /// (SYMCOMM_COMM_SAME_GPU), Scope::Sys otherwise. Pre: index < SYMCOMM_USER_BARRIER_END.
 template <Scope S, typename Group>
 SYMCOMM_DEVICE Status barrier_at(Group g, const DevComm& comm, uint32_t index, uint32_t fp) {
