@@ -162,7 +162,7 @@ def rank_main(device, count):
     fwrong, fused_text = fused_checks(comm, gpu, view, host, sync, dev, addr, timeout)
     print(f"rank {r}: host all_reduce {count} f32 {host_us:.1f} us, #wrong={wrong}; "
           f"triton one-shot {tcount} f32 {t_us / iters:.1f} us, #wrong={twrong}, statuses={bad}; {fused_text}"
-          + "".join(f"; {w}" for w in where))
+          + "".join(f"; {line}" for line in where))
     return 0 if wrong == 0 and twrong == 0 and not bad and fwrong == 0 else 7
 
 
