@@ -528,6 +528,49 @@ fn two_streams_run_collectives_at_once() {
     });
 }
 
+/// Send/recv groups between the same ranks on two streams at once: the pairs' send/recv signal
+/// words are shared by the lanes, so the groups take turns (each waits for the other stream's
+/// latest group); every message arrives, bit-exact. (Before, the two kernels counted on the same
+/// words and timed out, or worse.)
+#[test]
+fn send_recv_on_two_streams_at_once() {
+    with_ranks(3, |comm| {
+        let (me, n) = (comm.rank(), comm.nranks());
+        let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+        let (s1, s2) = (comm.create_stream().unwrap(), comm.create_stream().unwrap());
+        let count = 70_001usize;
+        let v = |r: u32, k: u32, i: usize| (r << 28) ^ (k << 20) ^ i as u32;
+        let bufs: Vec<_> = (0..4u32)
+            .map(|k| {
+                let send = comm.alloc_buffer(count * 4).unwrap();
+                send.write(0, &(0..count).map(|i| v(me, k, i)).collect::<Vec<_>>())
+                    .unwrap();
+                (send, comm.alloc_buffer(count * 4).unwrap())
+            })
+            .collect();
+        comm.barrier().unwrap();
+        for (k, (send, recv)) in bufs.iter().enumerate() {
+            let s = if k % 2 == 0 { &s1 } else { &s2 };
+            comm.group(s, |g| {
+                g.send(send, count, DataType::U32, next)?;
+                g.recv(recv, count, DataType::U32, prev)
+            })
+            .unwrap();
+        }
+        s1.synchronize().unwrap();
+        s2.synchronize().unwrap();
+        comm.check_error().unwrap();
+        let mut got = vec![0u32; count];
+        for (k, (_, recv)) in bufs.iter().enumerate() {
+            recv.read(0, &mut got).unwrap();
+            let wrong = (0..count)
+                .filter(|&i| got[i] != v(prev, k as u32, i))
+                .count();
+            assert_eq!(wrong, 0, "group {k}: #wrong");
+        }
+    });
+}
+
 #[test]
 fn dropping_windows_right_after_an_asynchronous_call_waits_for_it() {
     with_ranks(3, |comm| {

@@ -70,6 +70,8 @@ pub(super) struct CollState {
     lanes: Mutex<Vec<Arc<Lane>>>,
     kernels: [OnceLock<Builtin>; 12],
     p2p_kernel: OnceLock<Builtin>,
+    /// The lane of the latest send/recv group issued outside captures (see `p2p.rs`).
+    p2p_lane: Mutex<Option<Arc<Lane>>>,
     algo: OnceLock<Option<Algorithm>>,
 }
 
@@ -426,7 +428,9 @@ impl Communicator {
                     dst: rw,
                     ..Default::default()
                 };
-                self.launch_coll(builtin, stream, &dev, &args, msg_bytes, coll, algo, &retain)
+                self.launch_coll(
+                    builtin, &lane, stream, &dev, &args, msg_bytes, coll, algo, &retain,
+                )
             }
             _ => self.staged(&call, &lane, algo, kind, builtin, stream, &dev, &retain),
         };
@@ -485,6 +489,7 @@ impl Communicator {
     fn launch_coll(
         &self,
         builtin: &Builtin,
+        lane: &Lane,
         stream: &Stream,
         dev: &symcomm_device::abi::DevComm,
         args: &CollArgs,
@@ -507,13 +512,15 @@ impl Communicator {
         // `args` belong to this communicator (validated) or to its lane; their drops (and the
         // communicator's) wait for the call, and a graph that records it keeps them alive
         // (`retain`).
-        unsafe {
+        let issued = unsafe {
             stream.launch_retaining(
                 &builtin.kernel,
                 LaunchConfig::linear(grid, block),
                 &kargs,
                 retain,
             )
-        }
+        };
+        // Every rank's kernel of a collective waits for every other's.
+        self.order_launch(lane.index, stream, 0..self.nranks, issued)
     }
 }

@@ -9,6 +9,7 @@ use symcomm_device::layout::SignalLayout;
 
 use super::control::{Control, ControlTiming};
 use super::fdpass::{self, Listener, LocalLinks};
+use super::launch_order::LaunchOrder;
 use super::memory::{ControlBlock, RankSlots};
 use super::payload::{self, DeviceDesc, Tag};
 use super::split::Lineage;
@@ -107,6 +108,7 @@ impl Communicator {
             op_timeout: config.timeout,
             gpu_ranks: 1,
             gpu_ranks_in_process: 1,
+            order: None,
             group: {
                 use std::hash::{Hash, Hasher};
                 let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -178,11 +180,13 @@ impl Communicator {
             .collect();
         self.gpu_ranks = sharing.len().max(1) as u32;
         let pid = |r: u32| self.table.get(r as usize).map(|t| t.pid);
-        self.gpu_ranks_in_process = sharing
+        let in_process: Vec<u32> = sharing
             .iter()
-            .filter(|&&r| pid(r) == pid(self.rank))
-            .count()
-            .max(1) as u32;
+            .copied()
+            .filter(|&r| pid(r) == pid(self.rank))
+            .collect();
+        self.gpu_ranks_in_process = in_process.len().max(1) as u32;
+        self.order = LaunchOrder::join(self.group, uuid, in_process, self.rank);
         if let Backend::Cuda(d) = &self.backend {
             self.warn_sharing(d.ordinal(), &sharing);
         }
@@ -215,27 +219,27 @@ impl Communicator {
 
     /// Warnings for ranks that share GPU `ordinal` (`sharing`, this rank included) where the
     /// hardware would serialize them: fewer hardware queues (`CUDA_DEVICE_MAX_CONNECTIONS`,
-    /// default 8) than their streams, or ranks in other processes without MPS (contexts of
-    /// different processes are time-sliced, never concurrent: each barrier costs a context
-    /// switch, and a kernel waiting for a peer's runs out its time slice).
+    /// default 8) than the streams of this process's ranks on it (symcomm orders its own
+    /// launches among them, `launch_order.rs`, but not graph replays), or ranks in other
+    /// processes without MPS (contexts of different processes are time-sliced, never
+    /// concurrent: each barrier costs a context switch, and a kernel waiting for a peer's runs
+    /// out its time slice).
     fn warn_sharing(&self, ordinal: usize, sharing: &[u32]) {
         if sharing.len() < 2 {
             return;
         }
-        let streams = sharing.len() * coll::MAX_STREAMS;
-        let connections = std::env::var("CUDA_DEVICE_MAX_CONNECTIONS")
-            .ok()
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .unwrap_or(8);
-        if connections < streams {
+        let streams = self.gpu_ranks_in_process as usize * coll::MAX_STREAMS;
+        let connections = crate::backend::emu::queue::connections(
+            std::env::var(crate::backend::emu::queue::CONNECTIONS_VAR)
+                .ok()
+                .as_deref(),
+        );
+        if self.gpu_ranks_in_process > 1 && connections < streams {
             tracing::warn!(
                 target: "symcomm::init",
-                "rank {}: {} ranks share GPU {ordinal} with up to {streams} collective streams, \
-                 but CUDA_DEVICE_MAX_CONNECTIONS allows {connections} hardware queues: kernels \
-                 of different ranks may be serialized and wait for each other until their \
-                 timeout; set CUDA_DEVICE_MAX_CONNECTIONS={streams} or more",
+                "rank {}: {} ranks of this process share GPU {ordinal} with up to {streams}                  collective streams through {connections} hardware queues                  (CUDA_DEVICE_MAX_CONNECTIONS): symcomm orders its own launches among them, but                  graphs replayed on several ranks at once and kernels launched with                  Stream::launch that wait for peers are not ordered, and may wait for each                  other in a shared queue until their timeout; set                  CUDA_DEVICE_MAX_CONNECTIONS={streams} or more for those",
                 self.rank,
-                sharing.len()
+                self.gpu_ranks_in_process
             );
         }
         let me = self.table.get(self.rank as usize).map(|r| r.pid);

@@ -21,6 +21,7 @@ mod control;
 mod fdpass;
 mod hosts;
 mod init;
+mod launch_order;
 mod memory;
 mod options;
 pub(crate) mod payload;
@@ -137,6 +138,17 @@ use payload::{Outcome, Tag};
 /// goes on): drop one of the streams in use first. Bind a stream once and keep it (wrap a CUDA
 /// stream once, not per call): each new binding is a host round trip among the ranks.
 ///
+/// Ranks as threads of one process on one GPU share its hardware queues
+/// (`CUDA_DEVICE_MAX_CONNECTIONS`, 8 unless set): streams beyond that share a queue, in which
+/// work a rank queued early could wait for a peer's kernel queued behind it. So there, a
+/// collective call (and a co-resident [`Self::launch`]) returns only once every such peer has
+/// queued its own kernel of the same call: the ranks' threads move in step, one call apart at
+/// most, and any number of streams, even one hardware queue, is safe. A rank whose peer does
+/// not make the call in time gets [`Error::HostTimeout`]. Work captured into a graph is queued
+/// when the graph is launched, and those launches are not ordered: with several ranks of a
+/// process on one GPU, keep `CUDA_DEVICE_MAX_CONNECTIONS` at or above their streams (ranks x
+/// [`MAX_STREAMS`](crate::MAX_STREAMS)) when replaying graphs.
+///
 /// # Barrier indices
 /// Host collectives use barrier indices `[0, HOST_BARRIER_END)`
 /// ([`LANE_BARRIERS`](crate::LANE_BARRIERS) per lane); barrier indices
@@ -172,6 +184,9 @@ pub struct Communicator {
     /// context, and with it the legacy default stream; when they are every rank, the device
     /// library synchronizes at `.gpu` scope (`SYMCOMM_COMM_SAME_GPU`).
     gpu_ranks_in_process: u32,
+    /// With other ranks in this process on this GPU (one CUDA context): the order in which
+    /// they queue kernels that wait for one another (`launch_order.rs`).
+    order: Option<launch_order::LaunchOrder>,
     /// The same on every rank of this communicator and different for another one (a hash of
     /// its UniqueId): tells this communicator's ranks apart from other communicators' in the
     /// process-wide stream registry of the collectives.
@@ -363,9 +378,18 @@ impl Communicator {
     /// ([`Self::co_resident_share`]): a grid beyond it could leave CTAs that never become
     /// resident while their peers wait for them, so it is refused with the budget named.
     ///
+    /// A co-resident launch is collective among the ranks of this communicator that share this
+    /// rank's CUDA context (ranks as threads of one process on one GPU): each of them makes the
+    /// same co-resident launches in the same order, and each returns once all of them queued
+    /// theirs — so that no rank queues later work ahead of a peer's kernel in a hardware queue,
+    /// where it would wait for a kernel waiting for it (see
+    /// [streams and lanes](Self#streams-and-lanes)). Elsewhere it returns once queued.
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a co-resident grid beyond the share, a stream of another
-    /// backend; as [`Stream::launch`] and [`Self::co_resident_share`].
+    /// backend; as [`Stream::launch`] and [`Self::co_resident_share`]; for a co-resident launch
+    /// with peers in this context, [`Error::HostTimeout`] when one of them has not made its
+    /// launch within the operation timeout, or the communicator's fault.
     ///
     /// # Safety
     /// As [`Stream::launch`].
@@ -387,7 +411,12 @@ impl Communicator {
             crate::stream::check_co_resident(kernel, &config, share, &whose)?;
         }
         // SAFETY: forwarded from this function's contract.
-        unsafe { stream.launch(kernel, config, args) }
+        let issued = unsafe { stream.launch(kernel, config, args) };
+        if config.co_resident {
+            self.order_launch(launch_order::USER_LANE, stream, 0..self.nranks, issued)
+        } else {
+            issued
+        }
     }
 
     /// A host-side barrier over the control plane (not stream-ordered). Collective.

@@ -15,8 +15,9 @@ pub(crate) fn comm_threads<T: Send>(
 }
 
 /// `nranks` communicator ranks as threads on `device`: windows of `count` f32, every rank's copy
-/// read back by every rank, then `iters` one-shot all-reduces through the library's Stream and
-/// Kernel, checked bit for bit.
+/// read back by every rank, then `iters` one-shot all-reduces launched back to back through
+/// `Communicator::launch` (co-resident: ordered among the ranks sharing the GPU, so that the
+/// launches never wait for one another in a shared hardware queue), checked bit for bit.
 pub(crate) fn comm_windows_check(
     device: symcomm::Device,
     nranks: u32,
@@ -56,7 +57,15 @@ pub(crate) fn comm_windows_check(
         for _ in 0..iters {
             // SAFETY: (DevComm, CollArgs) by value, as the kernel takes them; the windows
             // outlive the launches (synchronized below).
-            unsafe { stream.launch(&kernel, LaunchConfig::linear(8, 256), &kargs) }.map_err(err)?;
+            unsafe {
+                comm.launch(
+                    &stream,
+                    &kernel,
+                    LaunchConfig::linear(8, 256).co_resident(),
+                    &kargs,
+                )
+            }
+            .map_err(err)?;
         }
         stream.synchronize().map_err(err)?;
         let per_launch_us = t.elapsed().as_secs_f64() * 1e6 / f64::from(iters);

@@ -4,9 +4,19 @@
 //! functions on an [`EmuStream`] as [`HostFn`] items; an [`EmuEvent`] is its queue and a ticket
 //! (the item count at which it completes). The first failure is sticky: later items are skipped but
 //! counted, so that every waiter finishes.
+//!
+//! **Hardware queues.** A GPU serves streams through a few hardware work queues
+//! (`CUDA_DEVICE_MAX_CONNECTIONS`, 8 unless set, at most 32): streams share them round robin in
+//! creation order (on the emulator only when the variable is set, see [`HwQueues`]), and a queue starts its items in the order they were queued, across all its
+//! streams. An item at a queue's head waits there until its own stream's earlier work finished
+//! (a queued event wait, until the event completed), and every item behind it waits too, whatever
+//! its stream: a kernel that waits for a peer's kernel queued behind it on the same hardware
+//! queue waits forever (until its timeout). The emulator models this ([`HwQueue`]), so that the
+//! deadlock shows on the CPU as it would on the GPU.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 
 use crate::{Error, Result};
@@ -18,10 +28,105 @@ pub(crate) type HostFn = Arc<dyn Fn() -> Result<()> + Send + Sync + 'static>;
 /// Name of emulator stream worker threads (what `/proc/<pid>/task/*/comm` shows).
 pub(crate) const WORKER_NAME: &str = "symcomm-stream";
 
+/// How an item passes its hardware queue's head.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// Started at the head (once the stream's earlier items finished), then run while the
+    /// hardware queue goes on: kernels, copies, host functions.
+    Start,
+    /// Holds the head until it finished: a wait for an event of another stream.
+    Wait,
+}
+
+/// One hardware work queue of the emulated GPU: the items of the streams it serves, as
+/// (stream, ticket), in the order they were queued.
+struct HwQueue {
+    order: Mutex<VecDeque<(usize, u64)>>,
+    /// Signalled when the head changes.
+    turn: Condvar,
+}
+
+impl HwQueue {
+    fn lock(&self) -> MutexGuard<'_, VecDeque<(usize, u64)>> {
+        self.order.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Blocks until item `ticket` of `stream` is at the head.
+    fn wait_turn(&self, stream: usize, ticket: u64) {
+        let mut order = self.lock();
+        while order.front() != Some(&(stream, ticket)) {
+            order = self
+                .turn
+                .wait(order)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// Removes the head (item `ticket` of `stream`, which [`Self::wait_turn`] saw there).
+    fn pass(&self, stream: usize, ticket: u64) {
+        let head = self.lock().pop_front();
+        debug_assert_eq!(head, Some((stream, ticket)));
+        self.turn.notify_all();
+    }
+}
+
+/// Hardware queues of the emulated GPU (every emulator stream of the process is on GPU 0): as
+/// many as `CUDA_DEVICE_MAX_CONNECTIONS` says when the first stream is made (1 to 32, as CUDA
+/// takes it), and the next one to give a new stream. Unset, every stream has a queue of its own
+/// (CUDA's default is 8 queues; the emulator does not share them by default because ranks on
+/// different simulated hosts, which have GPUs of their own, are threads of one process here,
+/// and so are the tests `cargo test` runs side by side).
+struct HwQueues {
+    queues: Vec<Arc<HwQueue>>,
+    next: AtomicUsize,
+}
+
+/// The variable CUDA reads for the number of hardware queues, which the emulator follows.
+pub(crate) const CONNECTIONS_VAR: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
+
+/// Hardware queues per GPU as CUDA takes them from `value` of [`CONNECTIONS_VAR`]: 8 unless set
+/// to a number, clamped to 1..=32.
+pub(crate) fn connections(value: Option<&str>) -> usize {
+    value
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .map_or(8, |n| n.clamp(1, 32))
+}
+
+fn new_hw_queue() -> Arc<HwQueue> {
+    Arc::new(HwQueue {
+        order: Mutex::new(VecDeque::new()),
+        turn: Condvar::new(),
+    })
+}
+
+/// The hardware queue of a new stream: the queues taken round robin, or a queue of its own
+/// when [`CONNECTIONS_VAR`] is unset.
+fn hw_queue() -> Arc<HwQueue> {
+    static QUEUES: OnceLock<Option<HwQueues>> = OnceLock::new();
+    let shared = QUEUES.get_or_init(|| {
+        let value = std::env::var(CONNECTIONS_VAR).ok()?;
+        Some(HwQueues {
+            queues: (0..connections(Some(&value)))
+                .map(|_| new_hw_queue())
+                .collect(),
+            next: AtomicUsize::new(0),
+        })
+    });
+    match shared {
+        Some(hw) => {
+            let i = hw.next.fetch_add(1, Ordering::Relaxed) % hw.queues.len();
+            Arc::clone(&hw.queues[i])
+        }
+        None => new_hw_queue(),
+    }
+}
+
 /// State shared by an emulator stream, its worker thread, its events and the streams that wait
 /// on those events.
 struct Queue {
     state: Mutex<QueueState>,
+    /// The hardware queue the stream's items pass through.
+    hw: Arc<HwQueue>,
     /// Signalled when an item is queued or the stream closes (the worker waits on it).
     work: Condvar,
     /// Signalled when an item completed (synchronize, events and waiting streams wait on it).
@@ -29,7 +134,7 @@ struct Queue {
 }
 
 struct QueueState {
-    items: VecDeque<HostFn>,
+    items: VecDeque<(HostFn, Step)>,
     /// Items ever queued; item k (1-based) is the k-th queued.
     enqueued: u64,
     /// Items run or skipped, in order: items `1..=completed` are done.
@@ -47,22 +152,31 @@ impl Queue {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Queues `item`, unless the stream has failed.
-    fn push(&self, item: HostFn) -> Result<()> {
-        self.push_all(std::iter::once(item)).map(|_| ())
+    /// This stream's name in its hardware queue.
+    fn id(&self) -> usize {
+        std::ptr::from_ref(self).expose_provenance()
     }
 
-    /// Queues `items` back to back (no other enqueue comes between them), unless the stream has
-    /// failed; returns the ticket of the last one (the current ticket if there are none).
-    fn push_all(&self, items: impl IntoIterator<Item = HostFn>) -> Result<u64> {
+    /// Queues `item`, unless the stream has failed.
+    fn push(&self, item: HostFn, step: Step) -> Result<()> {
+        self.push_all(std::iter::once((item, step))).map(|_| ())
+    }
+
+    /// Queues `items` back to back (no other enqueue comes between them, in this stream or its
+    /// hardware queue), unless the stream has failed; returns the ticket of the last one (the
+    /// current ticket if there are none).
+    fn push_all(&self, items: impl IntoIterator<Item = (HostFn, Step)>) -> Result<u64> {
         let mut st = self.lock();
         if let Some((_, e)) = &st.error {
             return Err(e.clone());
         }
+        let mut order = self.hw.lock();
         for item in items {
             st.items.push_back(item);
             st.enqueued += 1;
+            order.push_back((self.id(), st.enqueued));
         }
+        drop(order);
         let ticket = st.enqueued;
         drop(st);
         self.work.notify_one();
@@ -102,10 +216,11 @@ impl Queue {
         }
     }
 
-    /// The worker: runs items in order until the stream closes and the queue is empty.
+    /// The worker: runs items in order until the stream closes and the queue is empty, each
+    /// once it reached the head of the hardware queue.
     fn serve(&self) {
         loop {
-            let (item, ticket, failed) = {
+            let ((item, step), ticket, failed) = {
                 let mut st = self.lock();
                 loop {
                     if let Some(item) = st.items.pop_front() {
@@ -117,9 +232,16 @@ impl Queue {
                     st = self.work.wait(st).unwrap_or_else(PoisonError::into_inner);
                 }
             };
+            self.hw.wait_turn(self.id(), ticket);
+            if step == Step::Start || failed {
+                self.hw.pass(self.id(), ticket);
+            }
             // After a failure later work is skipped (it may depend on the failed item) but still
             // counted, so that waiters on this stream finish.
             let result = if failed { Ok(()) } else { run_item(&item) };
+            if step == Step::Wait && !failed {
+                self.hw.pass(self.id(), ticket);
+            }
             let mut st = self.lock();
             st.completed = ticket;
             if let Err(e) = result {
@@ -190,7 +312,7 @@ pub(crate) struct EmuStream {
 }
 
 impl EmuStream {
-    /// A new queue with its worker thread.
+    /// A new queue with its worker thread, on the next hardware queue.
     ///
     /// # Errors
     /// [`Error::Io`] when the worker thread cannot be started.
@@ -203,6 +325,7 @@ impl EmuStream {
                 error: None,
                 closing: false,
             }),
+            hw: hw_queue(),
             work: Condvar::new(),
             progress: Condvar::new(),
         });
@@ -242,9 +365,10 @@ impl EmuStream {
         self.queue.sticky()
     }
 
-    /// Queues `item`, unless the stream has failed.
+    /// Queues `item` (a kernel launch, copy or host function: it leaves the hardware queue's
+    /// head when it starts), unless the stream has failed.
     pub(crate) fn push(&self, item: HostFn) -> Result<()> {
-        self.queue.push(item)
+        self.queue.push(item, Step::Start)
     }
 
     /// Blocks until every item queued so far is done; the stream's error if it failed.
@@ -284,23 +408,26 @@ impl EmuStream {
             return self.queue.sticky();
         }
         let (other, ticket) = (Arc::clone(&event.queue), event.ticket);
-        self.queue.push(Arc::new(move || other.wait_for(ticket)))
+        self.queue
+            .push(Arc::new(move || other.wait_for(ticket)), Step::Wait)
     }
 
     /// Queues one run of a graph's `items` back to back, after the previous run `last` of the
     /// same graph (on whichever stream it ran), and makes `last` this run.
     pub(crate) fn launch_graph(&self, items: &[HostFn], last: &mut Option<EmuEvent>) -> Result<()> {
-        let wait: Option<HostFn> = match &*last {
+        let wait: Option<(HostFn, Step)> = match &*last {
             Some(prev) if !Arc::ptr_eq(&prev.queue, &self.queue) => {
                 let (queue, ticket) = (Arc::clone(&prev.queue), prev.ticket);
-                Some(Arc::new(move || queue.wait_for(ticket)))
+                let wait: HostFn = Arc::new(move || queue.wait_for(ticket));
+                Some((wait, Step::Wait))
             }
             // Never launched, or last on this stream: in-order execution suffices.
             _ => None,
         };
-        let ticket = self
-            .queue
-            .push_all(wait.into_iter().chain(items.iter().cloned()))?;
+        let ticket = self.queue.push_all(
+            wait.into_iter()
+                .chain(items.iter().map(|i| (Arc::clone(i), Step::Start))),
+        )?;
         *last = Some(EmuEvent {
             queue: Arc::clone(&self.queue),
             ticket,

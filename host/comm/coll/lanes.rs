@@ -88,7 +88,7 @@ impl Drop for StreamClaim {
 /// bind their k-th new stream to the same lane (agreed at binding); a lane is free again once
 /// the `Stream` values it served and the graphs that captured its collectives have dropped.
 pub(super) struct Lane {
-    index: u32,
+    pub(super) index: u32,
     pub(super) first_barrier: u32,
     pub(super) stage_in: FlatMapping,
     pub(super) stage_out: FlatMapping,
@@ -156,6 +156,14 @@ impl Lane {
     /// Rank `rank`'s handle of one of the lane's staging windows: bytes, used as any type.
     pub(super) fn stage_handle(&self, m: &FlatMapping, rank: u32) -> WindowHandleRaw {
         m.handle(rank, self.stage_bytes, 1, SYMCOMM_DTYPE_NONE)
+    }
+
+    /// The event recorded after the lane's latest call (outside captures), if any.
+    pub(super) fn last_call(&self) -> Option<Arc<crate::stream::Event>> {
+        self.last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     fn binding(&self) -> std::sync::MutexGuard<'_, Binding> {

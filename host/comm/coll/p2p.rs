@@ -1,13 +1,14 @@
 //! Point-to-point: sends and receives, alone or posted together in a [`P2pGroup`].
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use symcomm_device::abi::{
     P2pArgs, P2pOp, SYMCOMM_P2P_CHANNELS, SYMCOMM_P2P_EXCHANGE, SYMCOMM_P2P_MAX_OPS,
     SYMCOMM_P2P_RECV, SYMCOMM_P2P_SEND,
 };
 
-use super::{BufferRef, DataType};
+use super::{BufferRef, DataType, Lane};
 use crate::comm::Communicator;
 use crate::stream::{Buffer, KernelArgs, LaunchConfig, Stream};
 use crate::tune;
@@ -213,7 +214,10 @@ impl Communicator {
     /// of ranks has `SYMCOMM_STAGING_BYTES / nranks` bytes of it, cut into up to
     /// `SYMCOMM_P2P_CHANNELS` (8) channels of two slots, so a large message moves as pieces of
     /// one slot on several CTAs at once, double-buffered (the CTAs come from this rank's share
-    /// of its GPU, split among the group's operations).
+    /// of its GPU, split among the group's operations). Groups run one at a time: a group on
+    /// another stream than the previous group's first waits, in stream order, for that stream's
+    /// latest call (each pair's send/recv signal words serve every stream); groups captured into
+    /// a graph are not ordered so, and must not replay while send/recv runs on another stream.
     ///
     /// ```no_run
     /// # use symcomm::{Communicator, DataType};
@@ -254,6 +258,7 @@ impl Communicator {
             return self.group_across_hosts(&group.ops, &group.refs, stream);
         }
         let lane = self.lane(stream)?;
+        self.after_previous_group(&lane, stream)?;
         let threads = tune::base_threads(self.geometry_kind());
         let kernel = self.builtin_kernel(
             &self.coll.p2p_kernel,
@@ -306,8 +311,42 @@ impl Communicator {
                 &retain,
             )
         };
+        // A rank's send/recv kernel waits for the kernels of the peers it exchanges with: one
+        // count per send and per receive (an exchange is both), as each peer counts them.
+        let peers = group.ops.iter().flat_map(|op| match op.kind {
+            SYMCOMM_P2P_EXCHANGE => vec![op.peer, op.recv_peer],
+            _ => vec![op.peer],
+        });
+        let issued = self.order_launch(lane.index, stream, peers, issued);
         self.track(&lane, stream, group.buffers.iter().copied());
         issued
+    }
+}
+
+impl Communicator {
+    /// Send/recv groups of a communicator run one at a time: every pair's send/recv signal
+    /// words (`abi.h`) are shared by the lanes, so two groups between the same ranks on two
+    /// streams at once would count on the same words. Before a group on `lane`, `stream` waits
+    /// for the latest call of the lane of the previous group when that was another lane (the
+    /// ranks issue their groups in the same order, so they agree on it). Groups recorded into a
+    /// graph are not ordered this way (a capturing stream cannot wait for an event): do not
+    /// replay them while send/recv runs on another stream.
+    fn after_previous_group(&self, lane: &Arc<Lane>, stream: &Stream) -> Result<()> {
+        if stream.is_capturing() {
+            return Ok(());
+        }
+        let mut previous = self
+            .coll
+            .p2p_lane
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(other) = previous.as_ref().filter(|p| !Arc::ptr_eq(p, lane))
+            && let Some(ev) = other.last_call()
+        {
+            stream.wait_event(&ev)?;
+        }
+        *previous = Some(Arc::clone(lane));
+        Ok(())
     }
 }
 

@@ -118,6 +118,7 @@ impl Communicator {
             };
             self.launch_coll(
                 kernel,
+                lane,
                 stream,
                 dev,
                 &args,
