@@ -182,6 +182,10 @@ pub(crate) fn comm_checks(report: &mut Report, device: symcomm::Device, count: u
             comm_lanes_check(device, n, count, 4),
         );
     }
+    report.record(
+        "one_hardware_queue_threads_4",
+        one_queue_check(device, count),
+    );
     hosts_checks(report, device);
     if device != symcomm::Device::Emu {
         report.record("comm_mixed_devices", comm_mixed_devices_check(device));

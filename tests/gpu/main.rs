@@ -45,6 +45,12 @@
 //!   captured in a CUDA graph and replayed (the worker's host function and stream wait),
 //!   bit-exact (tests/gpu/hosts.rs).
 //!
+//! - `one_hardware_queue_threads_4` (also with `--emu`): this executable again, as a child
+//!   process with `CUDA_DEVICE_MAX_CONNECTIONS=1`: 4 ranks as threads whose streams all share
+//!   one hardware queue; whether launches symcomm does not order deadlock there (a figure: the
+//!   emulator's model says they do), and the windows and lane-turnover checks, which symcomm
+//!   orders, bit-exact (tests/gpu/queues.rs).
+//!
 //! - `perf_fused_rmsnorm`: the fused all-reduce + residual + RMSNorm kernel against the unfused
 //!   pair (host all-reduce, then `symcomm_residual_rmsnorm_bf16`), bf16, hidden 8192, 1..128
 //!   tokens, 4 ranks as threads through the communicator; both results compared bit for bit.
@@ -69,6 +75,7 @@ mod hosts;
 mod matrix;
 mod perf;
 mod ping_pong;
+mod queues;
 mod ranks;
 
 use collectives::*;
@@ -81,6 +88,7 @@ use hosts::*;
 use matrix::*;
 use perf::*;
 use ping_pong::*;
+use queues::*;
 use ranks::*;
 
 use std::ffi::c_void;
@@ -311,6 +319,9 @@ pub(crate) fn run_checks(report: &mut Report, summary: &mut serde_json::Map<Stri
 }
 
 pub(crate) fn main() -> ExitCode {
+    if let Some(code) = one_queue_child() {
+        return code;
+    }
     let json_path = json_path();
     let on_emu = std::env::args().skip(1).any(|a| a == "--emu");
     let full = std::env::args().skip(1).any(|a| a == "--full");
