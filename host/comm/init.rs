@@ -186,7 +186,15 @@ impl Communicator {
             .filter(|&r| pid(r) == pid(self.rank))
             .collect();
         self.gpu_ranks_in_process = in_process.len().max(1) as u32;
-        self.order = LaunchOrder::join(self.group, uuid, in_process, self.rank);
+        // A GPU's streams may share hardware queues (nothing tells which); the emulator's share
+        // them only when CUDA_DEVICE_MAX_CONNECTIONS is set.
+        let (ordered, spin) = match &self.backend {
+            Backend::Cuda(_) => (true, true),
+            Backend::Emu => (crate::backend::emu::queue::queues_shared(), false),
+        };
+        if ordered {
+            self.order = LaunchOrder::join(self.group, uuid, in_process, self.rank, spin);
+        }
         if let Backend::Cuda(d) = &self.backend {
             self.warn_sharing(d.ordinal(), &sharing);
         }

@@ -16,13 +16,20 @@
 //! the chain ends at work that can run. Ranks as threads call in lockstep anyway (a collective
 //! completes only once all of them queued it); this keeps a rank from queuing work past a
 //! collective its peers have not queued yet. Ranks in other processes or on other GPUs have
-//! other contexts, whose hardware queues are separate.
+//! other contexts, whose hardware queues are separate. On the emulator, whose streams share
+//! hardware queues only when `CUDA_DEVICE_MAX_CONNECTIONS` is set (`backend/emu/queue.rs`), the
+//! order is kept only then.
+//!
+//! A waiting rank on a GPU spins for a few microseconds first (the peers' threads usually queue
+//! their kernels within that, and a sleep and wake-up would cost more than the kernel of a small
+//! collective); on the emulator, whose CPUs run the kernels, it sleeps at once.
 //!
 //! The counts are per lane and per pair of ranks: a collective's kernel waits for every peer's,
 //! a send/recv group's only for the peers it exchanges with. Co-resident launches of the users'
 //! kernels through [`Communicator::launch`] count as collectives on a lane of their own
 //! ([`USER_LANE`]).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -51,10 +58,15 @@ struct Shared {
     launched: Mutex<Vec<u64>>,
     /// Signalled when a count grows.
     grew: Condvar,
+    /// Counts every growth (what spinning ranks watch without taking the lock).
+    growths: AtomicU64,
 }
 
 /// Every [`Shared`] of the process (by `Weak`: it ends with its communicator's ranks).
 static ORDERS: Mutex<Vec<Weak<Shared>>> = Mutex::new(Vec::new());
+
+/// How long a waiting rank on a GPU spins before it sleeps.
+const SPIN: Duration = Duration::from_micros(50);
 
 /// How long a waiting rank sleeps between checks of its communicator's faults.
 const CHECK_EVERY: Duration = Duration::from_millis(20);
@@ -64,17 +76,20 @@ pub(crate) struct LaunchOrder {
     shared: Arc<Shared>,
     /// This rank's index in `shared.members`.
     me: usize,
+    /// Spin for [`SPIN`] before sleeping (on a GPU).
+    spin: bool,
 }
 
 impl LaunchOrder {
     /// Rank `rank`'s handle, with `members` (this rank among them, in rank order) the ranks of
-    /// communicator `group` in this process on the same GPU (`gpu`); `None` when it is alone
-    /// there (nothing to order).
+    /// communicator `group` in this process on the same GPU (`gpu`), spinning briefly before
+    /// sleeping when `spin`; `None` when it is alone there (nothing to order).
     pub(crate) fn join(
         group: u64,
         gpu: Option<[u8; 16]>,
         members: Vec<u32>,
         rank: u32,
+        spin: bool,
     ) -> Option<LaunchOrder> {
         if members.len() < 2 {
             return None;
@@ -94,11 +109,12 @@ impl LaunchOrder {
                 members,
                 launched: Mutex::new(vec![0; LANES * m * m]),
                 grew: Condvar::new(),
+                growths: AtomicU64::new(0),
             });
             orders.push(Arc::downgrade(&s));
             s
         });
-        Some(LaunchOrder { shared, me })
+        Some(LaunchOrder { shared, me, spin })
     }
 
     fn counts(&self) -> MutexGuard<'_, Vec<u64>> {
@@ -106,6 +122,12 @@ impl LaunchOrder {
             .launched
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Wakes the ranks waiting for a count (called with the counts' lock held or just after).
+    fn grown(&self) {
+        self.shared.growths.fetch_add(1, Ordering::Release);
+        self.shared.grew.notify_all();
     }
 
     fn at(&self, lane: usize, from: usize, to: usize) -> usize {
@@ -143,11 +165,12 @@ impl LaunchOrder {
             counts[i] += 1;
             need.push((p, counts[i]));
         }
-        self.shared.grew.notify_all();
+        self.grown();
         if !queued {
             return Ok(());
         }
-        let deadline = Instant::now() + timeout;
+        let start = Instant::now();
+        let deadline = start + timeout;
         loop {
             let behind = need
                 .iter()
@@ -170,6 +193,16 @@ impl LaunchOrder {
             }
             if let Some(e) = fault() {
                 return Err(e);
+            }
+            if self.spin && now < start + SPIN {
+                let seen = self.shared.growths.load(Ordering::Acquire);
+                drop(counts);
+                while self.shared.growths.load(Ordering::Acquire) == seen && start.elapsed() < SPIN
+                {
+                    std::hint::spin_loop();
+                }
+                counts = self.counts();
+                continue;
             }
             let slice = CHECK_EVERY.min(deadline - now);
             counts = self
@@ -195,7 +228,7 @@ impl Drop for LaunchOrder {
             }
         }
         drop(counts);
-        self.shared.grew.notify_all();
+        self.grown();
     }
 }
 
@@ -239,14 +272,14 @@ mod tests {
     use super::*;
 
     fn pair(group: u64) -> (LaunchOrder, LaunchOrder) {
-        let a = LaunchOrder::join(group, None, vec![3, 5], 3).unwrap();
-        let b = LaunchOrder::join(group, None, vec![3, 5], 5).unwrap();
+        let a = LaunchOrder::join(group, None, vec![3, 5], 3, true).unwrap();
+        let b = LaunchOrder::join(group, None, vec![3, 5], 5, false).unwrap();
         (a, b)
     }
 
     #[test]
     fn alone_has_nothing_to_order() {
-        assert!(LaunchOrder::join(1, None, vec![7], 7).is_none());
+        assert!(LaunchOrder::join(1, None, vec![7], 7, false).is_none());
     }
 
     #[test]

@@ -99,20 +99,34 @@ fn new_hw_queue() -> Arc<HwQueue> {
     })
 }
 
+/// The emulated GPU's shared hardware queues, or `None` when every stream has its own (the
+/// variable is read once, at the first use).
+fn shared_queues() -> Option<&'static HwQueues> {
+    static QUEUES: OnceLock<Option<HwQueues>> = OnceLock::new();
+    QUEUES
+        .get_or_init(|| {
+            let value = std::env::var(CONNECTIONS_VAR).ok()?;
+            Some(HwQueues {
+                queues: (0..connections(Some(&value)))
+                    .map(|_| new_hw_queue())
+                    .collect(),
+                next: AtomicUsize::new(0),
+            })
+        })
+        .as_ref()
+}
+
+/// Whether the emulator's streams share hardware queues ([`CONNECTIONS_VAR`] set): only then
+/// can a kernel wait behind another stream's work, and only then do ranks as threads need their
+/// launches ordered (`crate::comm`'s launch order).
+pub(crate) fn queues_shared() -> bool {
+    shared_queues().is_some()
+}
+
 /// The hardware queue of a new stream: the queues taken round robin, or a queue of its own
 /// when [`CONNECTIONS_VAR`] is unset.
 fn hw_queue() -> Arc<HwQueue> {
-    static QUEUES: OnceLock<Option<HwQueues>> = OnceLock::new();
-    let shared = QUEUES.get_or_init(|| {
-        let value = std::env::var(CONNECTIONS_VAR).ok()?;
-        Some(HwQueues {
-            queues: (0..connections(Some(&value)))
-                .map(|_| new_hw_queue())
-                .collect(),
-            next: AtomicUsize::new(0),
-        })
-    });
-    match shared {
+    match shared_queues() {
         Some(hw) => {
             let i = hw.next.fetch_add(1, Ordering::Relaxed) % hw.queues.len();
             Arc::clone(&hw.queues[i])
