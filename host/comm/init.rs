@@ -245,7 +245,13 @@ impl Communicator {
         if self.gpu_ranks_in_process > 1 && connections < streams {
             tracing::warn!(
                 target: "symcomm::init",
-                "rank {}: {} ranks of this process share GPU {ordinal} with up to {streams}                  collective streams through {connections} hardware queues                  (CUDA_DEVICE_MAX_CONNECTIONS): symcomm orders its own launches among them, but                  graphs replayed on several ranks at once and kernels launched with                  Stream::launch that wait for peers are not ordered, and may wait for each                  other in a shared queue until their timeout; set                  CUDA_DEVICE_MAX_CONNECTIONS={streams} or more for those",
+                "rank {}: {} ranks of this process share GPU {ordinal} with up to {streams} \
+                 collective streams through {connections} hardware queues \
+                 (CUDA_DEVICE_MAX_CONNECTIONS): symcomm orders its own launches among them, but \
+                 graphs replayed on several ranks at once and kernels that wait for peers \
+                 launched outside symcomm (Stream::launch, Triton, CUDA) are not ordered, and \
+                 may wait for each other in a shared queue until their timeout; set \
+                 CUDA_DEVICE_MAX_CONNECTIONS={streams} or more for those",
                 self.rank,
                 self.gpu_ranks_in_process
             );

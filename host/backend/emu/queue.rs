@@ -7,8 +7,8 @@
 //!
 //! **Hardware queues.** A GPU serves streams through a few hardware work queues
 //! (`CUDA_DEVICE_MAX_CONNECTIONS`, 8 unless set, at most 32): streams share them round robin in
-//! creation order (on the emulator only when the variable is set, see [`HwQueues`]), and a queue starts its items in the order they were queued, across all its
-//! streams. An item at a queue's head waits there until its own stream's earlier work finished
+//! creation order (on the emulator only when the variable is set, see [`HwQueues`]), and a
+//! queue starts its items in the order they were queued, across all its streams. An item at a queue's head waits there until its own stream's earlier work finished
 //! (a queued event wait, until the event completed), and every item behind it waits too, whatever
 //! its stream: a kernel that waits for a peer's kernel queued behind it on the same hardware
 //! queue waits forever (until its timeout). The emulator models this ([`HwQueue`]), so that the
@@ -92,13 +92,6 @@ pub(crate) fn connections(value: Option<&str>) -> usize {
         .map_or(8, |n| n.clamp(1, 32))
 }
 
-fn new_hw_queue() -> Arc<HwQueue> {
-    Arc::new(HwQueue {
-        order: Mutex::new(VecDeque::new()),
-        turn: Condvar::new(),
-    })
-}
-
 /// The emulated GPU's shared hardware queues, or `None` when every stream has its own (the
 /// variable is read once, at the first use).
 fn shared_queues() -> Option<&'static HwQueues> {
@@ -108,7 +101,12 @@ fn shared_queues() -> Option<&'static HwQueues> {
             let value = std::env::var(CONNECTIONS_VAR).ok()?;
             Some(HwQueues {
                 queues: (0..connections(Some(&value)))
-                    .map(|_| new_hw_queue())
+                    .map(|_| {
+                        Arc::new(HwQueue {
+                            order: Mutex::new(VecDeque::new()),
+                            turn: Condvar::new(),
+                        })
+                    })
                     .collect(),
                 next: AtomicUsize::new(0),
             })
@@ -123,24 +121,20 @@ pub(crate) fn queues_shared() -> bool {
     shared_queues().is_some()
 }
 
-/// The hardware queue of a new stream: the queues taken round robin, or a queue of its own
-/// when [`CONNECTIONS_VAR`] is unset.
-fn hw_queue() -> Arc<HwQueue> {
-    match shared_queues() {
-        Some(hw) => {
-            let i = hw.next.fetch_add(1, Ordering::Relaxed) % hw.queues.len();
-            Arc::clone(&hw.queues[i])
-        }
-        None => new_hw_queue(),
-    }
+/// The hardware queue of a new stream, the queues taken round robin; `None` when
+/// [`CONNECTIONS_VAR`] is unset (the stream shares no queue: its items need no gate).
+fn hw_queue() -> Option<Arc<HwQueue>> {
+    let hw = shared_queues()?;
+    let i = hw.next.fetch_add(1, Ordering::Relaxed) % hw.queues.len();
+    Some(Arc::clone(&hw.queues[i]))
 }
 
 /// State shared by an emulator stream, its worker thread, its events and the streams that wait
 /// on those events.
 struct Queue {
     state: Mutex<QueueState>,
-    /// The hardware queue the stream's items pass through.
-    hw: Arc<HwQueue>,
+    /// The hardware queue the stream's items pass through, when streams share them.
+    hw: Option<Arc<HwQueue>>,
     /// Signalled when an item is queued or the stream closes (the worker waits on it).
     work: Condvar,
     /// Signalled when an item completed (synchronize, events and waiting streams wait on it).
@@ -184,11 +178,13 @@ impl Queue {
         if let Some((_, e)) = &st.error {
             return Err(e.clone());
         }
-        let mut order = self.hw.lock();
+        let mut order = self.hw.as_ref().map(|hw| hw.lock());
         for item in items {
             st.items.push_back(item);
             st.enqueued += 1;
-            order.push_back((self.id(), st.enqueued));
+            if let Some(order) = order.as_mut() {
+                order.push_back((self.id(), st.enqueued));
+            }
         }
         drop(order);
         let ticket = st.enqueued;
@@ -246,15 +242,20 @@ impl Queue {
                     st = self.work.wait(st).unwrap_or_else(PoisonError::into_inner);
                 }
             };
-            self.hw.wait_turn(self.id(), ticket);
-            if step == Step::Start || failed {
-                self.hw.pass(self.id(), ticket);
+            // At the hardware queue's head, a waiting item stays there until it finished; any
+            // other leaves it as it starts (a skipped one at once).
+            let holds = step == Step::Wait && !failed;
+            if let Some(hw) = &self.hw {
+                hw.wait_turn(self.id(), ticket);
+                if !holds {
+                    hw.pass(self.id(), ticket);
+                }
             }
             // After a failure later work is skipped (it may depend on the failed item) but still
             // counted, so that waiters on this stream finish.
             let result = if failed { Ok(()) } else { run_item(&item) };
-            if step == Step::Wait && !failed {
-                self.hw.pass(self.id(), ticket);
+            if let Some(hw) = self.hw.as_ref().filter(|_| holds) {
+                hw.pass(self.id(), ticket);
             }
             let mut st = self.lock();
             st.completed = ticket;
@@ -326,7 +327,7 @@ pub(crate) struct EmuStream {
 }
 
 impl EmuStream {
-    /// A new queue with its worker thread, on the next hardware queue.
+    /// A new queue with its worker thread, on the next hardware queue (when they are shared).
     ///
     /// # Errors
     /// [`Error::Io`] when the worker thread cannot be started.

@@ -313,17 +313,15 @@ impl Communicator {
         };
         // A rank's send/recv kernel waits for the kernels of the peers it exchanges with: one
         // count per send and per receive (an exchange is both), as each peer counts them.
-        let peers = group.ops.iter().flat_map(|op| match op.kind {
-            SYMCOMM_P2P_EXCHANGE => vec![op.peer, op.recv_peer],
-            _ => vec![op.peer],
+        let peers = group.ops.iter().flat_map(|op| {
+            let exchange = op.kind == SYMCOMM_P2P_EXCHANGE;
+            std::iter::once(op.peer).chain(exchange.then_some(op.recv_peer))
         });
         let issued = self.order_launch(lane.index, stream, peers, issued);
         self.track(&lane, stream, group.buffers.iter().copied());
         issued
     }
-}
 
-impl Communicator {
     /// Send/recv groups of a communicator run one at a time: every pair's send/recv signal
     /// words (`abi.h`) are shared by the lanes, so two groups between the same ranks on two
     /// streams at once would count on the same words. Before a group on `lane`, `stream` waits
