@@ -137,6 +137,12 @@ pub const TUNABLES: &[Tunable] = &[
         secret: false,
     },
     Tunable {
+        name: "SYMCOMM_HOSTS_STAGING",
+        default: "direct (emulator)",
+        help: "pinned: the emulator moves data between hosts through mapped host memory, as a GPU",
+        secret: false,
+    },
+    Tunable {
         name: "SYMCOMM_SOCKET_IFNAME",
         default: "(route to root)",
         help: "interface (name or prefix) for bootstrap sockets",

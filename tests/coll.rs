@@ -563,8 +563,10 @@ fn only_collectives_with_the_forced_algorithm(cases: &mut Vec<Case>) {
 
 /// A group with rank `r` on simulated host `hosts[r]` (UCX over TCP between hosts): the
 /// seeded selection (windows and buffers, as on one host), all-reduces pipelined in chunks of
-/// `chunk_bytes` (small, odd sizes: most all-reduces take several chunks, the last one short).
-fn across_hosts(hosts: &[&str], chunk_bytes: u64) {
+/// `chunk_bytes` (small, odd sizes: most all-reduces take several chunks, the last one short),
+/// messages in pieces of an eighth of a chunk (`staged`: through staging memory, in waves, as on a
+/// GPU).
+fn across_hosts(hosts: &[&str], chunk_bytes: u64, staged: bool) {
     let n = hosts.len() as u32;
     let seed = seed();
     let mut rng = Rng(seed ^ (u64::from(n) << 32) ^ 0x4057);
@@ -590,10 +592,12 @@ fn across_hosts(hosts: &[&str], chunk_bytes: u64) {
     }
     let options = CommOptions::default()
         .with_device_timeout(Duration::from_secs(30))
-        .with_hosts_chunk_bytes(chunk_bytes);
+        .with_hosts_chunk_bytes(chunk_bytes)
+        .with_hosts_staging(staged);
+    let how = if staged { "staged" } else { "direct" };
     run_group_on(
         hosts,
-        &format!(" (hosts {hosts:?}, chunks of {chunk_bytes} bytes)"),
+        &format!(" (hosts {hosts:?}, chunks of {chunk_bytes} bytes, {how})"),
         &cases,
         &options,
         false,
@@ -964,12 +968,19 @@ fn ranks_with_different_chunk_sizes_are_refused() {
 }
 
 /// Send/recv rings across hosts (every neighbour on the other host), out of place and in place
-/// (a send and a receive of the same bytes: the emulator moves the caller's memory in place
-/// except there), every message bit-exact.
-#[test]
-fn send_recv_rings_across_hosts() {
+/// (a send and a receive of the same bytes: messages cross from and into the caller's memory
+/// except there), every message bit-exact; rank `r` stages its messages when `staged(r)`
+/// (pieces of 512 B: chunks of 4 KiB), so ranks that move them differently meet too.
+fn send_recv_rings_across_hosts(staged: impl Fn(u32) -> bool) {
     let hosts = ["a", "b", "a", "b"];
-    let wrong = try_with_ranks_on_hosts(Device::Emu, &hosts, &CommOptions::default(), |comm| {
+    let options: Vec<CommOptions> = (0..4)
+        .map(|r| {
+            CommOptions::default()
+                .with_hosts_chunk_bytes(4096)
+                .with_hosts_staging(staged(r))
+        })
+        .collect();
+    let wrong = try_with_ranks_on_hosts_using(Device::Emu, &hosts, &options, |comm| {
         let s = comm.create_stream().map_err(|e| e.to_string())?;
         let (me, n) = (comm.rank(), comm.nranks());
         let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
@@ -1005,14 +1016,35 @@ fn send_recv_rings_across_hosts() {
 }
 
 #[test]
+fn send_recv_rings_across_hosts_direct() {
+    send_recv_rings_across_hosts(|_| false);
+}
+
+#[test]
+fn send_recv_rings_across_hosts_staged() {
+    send_recv_rings_across_hosts(|_| true);
+}
+
+/// Ranks 0 and 3 stage, 1 and 2 hand UCX their memory: the same pieces cross either way.
+#[test]
+fn send_recv_rings_across_hosts_staged_and_direct() {
+    send_recv_rings_across_hosts(|r| r == 0 || r == 3);
+}
+
+#[test]
 fn two_hosts_of_two_ranks() {
-    across_hosts(&["host-a", "host-a", "host-b", "host-b"], 4099);
+    across_hosts(&["host-a", "host-a", "host-b", "host-b"], 4099, false);
+}
+
+#[test]
+fn two_hosts_of_two_ranks_staged() {
+    across_hosts(&["host-a", "host-a", "host-b", "host-b"], 4099, true);
 }
 
 #[test]
 fn three_hosts_of_one_rank() {
     // Chunks above tune::rail_two_shot_from(3): the large all-reduces' chunks are two-shot.
-    across_hosts(&["host-a", "host-b", "host-c"], 40_001);
+    across_hosts(&["host-a", "host-b", "host-c"], 40_001, false);
 }
 
 #[test]
@@ -1022,13 +1054,20 @@ fn three_hosts_of_two_ranks() {
     across_hosts(
         &["host-a", "host-a", "host-b", "host-b", "host-c", "host-c"],
         70_001,
+        false,
     );
 }
 
 #[test]
 fn two_hosts_uneven_and_interleaved() {
     // Host a holds ranks 0 and 2, host b rank 1: the hosts' ranks are not contiguous.
-    across_hosts(&["host-a", "host-b", "host-a"], 4099);
+    across_hosts(&["host-a", "host-b", "host-a"], 4099, false);
+}
+
+/// Uneven hosts through leaders, staged: every collective's exchanges in waves.
+#[test]
+fn two_hosts_uneven_and_interleaved_staged() {
+    across_hosts(&["host-a", "host-b", "host-a"], 4099, true);
 }
 
 #[test]

@@ -2,7 +2,9 @@
 //! two network namespaces joined by a veth pair (`tests/support/netns.rs`), one rank on each,
 //! UCX over TCP on the link. In the same run:
 //! - `symcomm perf sendrecv` (each rank sends S bytes to the other and receives S: algbw is
-//!   S / time, each direction) and `symcomm perf all_reduce`, device buffers on the emulator;
+//!   S / time, each direction), also staged through mapped host memory as on a GPU,
+//!   `symcomm perf broadcast` (S one way, like `tag_bw`) and `symcomm perf all_reduce`, device
+//!   buffers on the emulator;
 //! - `ucx_perftest` (ucx-utils) between the same namespaces: `tag_lat` for the smallest size
 //!   (one-way latency, half a round trip), `tag_bw` for the others (one direction).
 //!
@@ -53,15 +55,14 @@ fn run(quick: bool) -> Result<(), String> {
     let min = sizes[0];
     let iters = if quick { "3" } else { "10" };
     let mut rows = Vec::new();
-    for (coll, &size) in ["sendrecv", "all_reduce"]
-        .into_iter()
-        .flat_map(|c| sizes.iter().map(move |s| (c, s)))
-    {
+    for (&(coll, staged), &size) in CALLS.iter().flat_map(|c| sizes.iter().map(move |s| (c, s))) {
         let s = size.to_string();
         let args = [
             coll, "-b", &s, "-e", &s, "-n", iters, "-w", "2", "-d", "uint8", "--json",
         ];
-        let ranks = net.spawn_perf(SYMCOMM, &[0, 1], &args, &[]);
+        let how = if staged { "pinned" } else { "direct" };
+        let env = [("SYMCOMM_HOSTS_STAGING", how.to_owned())];
+        let ranks = net.spawn_perf(SYMCOMM, &[0, 1], &args, &env);
         let out = wait(ranks)?;
         let doc: serde_json::Value = serde_json::from_str(&out)
             .map_err(|e| format!("symcomm perf {coll} --json: {e}: {out}"))?;
@@ -71,7 +72,7 @@ fn run(quick: bool) -> Result<(), String> {
         for r in doc["rows"].as_array().into_iter().flatten() {
             let t = &r["out_of_place"];
             rows.push((
-                coll,
+                label(coll, staged),
                 r["size"].as_u64().unwrap(),
                 t["time_us"].as_f64().unwrap(),
                 t["algbw"].as_f64().unwrap(),
@@ -94,9 +95,15 @@ fn run(quick: bool) -> Result<(), String> {
     println!("|---|---|---|---|---|---|---|---|");
     for &size in sizes {
         let ucx = ucx_perftest(&net, size, quick)?;
-        for &(coll, s, time, algbw) in rows.iter().filter(|r| r.1 == size) {
-            // Both calls move S each way between the two ranks.
-            let link = 2.0 * algbw;
+        for (coll, s, time, algbw) in rows.iter().filter(|r| r.1 == size) {
+            let (s, time, algbw) = (*s, *time, *algbw);
+            // Send/recv and all-reduce move S each way between the two ranks, broadcast S one
+            // way.
+            let link = if coll.starts_with("broadcast") {
+                algbw
+            } else {
+                2.0 * algbw
+            };
             if size == min {
                 // Latency: UCX's one-way time against symcomm's whole call.
                 let ratio = ucx / time;
@@ -115,10 +122,30 @@ fn run(quick: bool) -> Result<(), String> {
     }
     println!(
         "ratios: UCX latency / symcomm time at the smallest size; above it symcomm algbw (one \
-         direction) and link bytes (2 S per call: S each way at once) over tag_bw (one way, both \
-         cores for it)"
+         direction) and link bytes (2 S per call for sendrecv and all_reduce: S each way at \
+         once; S for broadcast, one way like tag_bw) over tag_bw (one way, both cores for it); \
+         staged: through mapped host memory in pieces, as on a GPU (SYMCOMM_HOSTS_STAGING=pinned)"
     );
     Ok(())
+}
+
+/// The calls measured: `symcomm perf`'s collective, and whether the emulator stages the bytes
+/// between hosts as a GPU does (`SYMCOMM_HOSTS_STAGING=pinned`) rather than handing UCX its
+/// memory.
+const CALLS: [(&str, bool); 4] = [
+    ("sendrecv", false),
+    ("sendrecv", true),
+    ("broadcast", false),
+    ("all_reduce", false),
+];
+
+/// The table's name of a call.
+fn label(coll: &'static str, staged: bool) -> String {
+    if staged {
+        format!("{coll} (staged)")
+    } else {
+        coll.to_owned()
+    }
 }
 
 /// Waits (bounded) for the ranks; rank 0's stdout, or what went wrong.

@@ -255,9 +255,9 @@ fn model_report() -> Value {
 /// How GPU data crosses hosts: what UCX could do with device memory, and what symcomm does.
 fn gpu_path(info: &UcxInfo) -> &'static str {
     if info.cuda_memory {
-        "staged through host memory (this UCX can move CUDA memory directly; symcomm does not use that yet)"
+        "staged through pinned host memory, in pieces overlapping PCIe and network (this UCX can move CUDA memory directly; symcomm does not use that yet)"
     } else {
-        "staged through host memory (this UCX was built without CUDA support)"
+        "staged through pinned host memory, in pieces overlapping PCIe and network (this UCX was built without CUDA support)"
     }
 }
 

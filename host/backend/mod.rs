@@ -15,6 +15,9 @@ pub(crate) mod cuda;
 // The emulator: its streams' queues and its memory, and (tests and the `testing` feature only)
 // the in-process team harness.
 pub(crate) mod emu;
+mod mapped;
+
+pub(crate) use mapped::MappedHost;
 
 use std::fmt;
 

@@ -37,12 +37,12 @@
 //! the next chunk's first phase runs on the worker's stream while the worker moves the current
 //! chunk's bytes between hosts, and the current chunk's last phase while it moves the next one's.
 
+mod wire;
 mod worker;
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
-use std::time::Instant;
 
 use super::Communicator;
 use super::coll::{BufferRef, Call};
@@ -52,7 +52,7 @@ use super::proxy::Proxy;
 use crate::image::DEVICE_IMAGE;
 use crate::stream::{Buffer, Event, Kernel, KernelArgs, LaunchConfig, Stream};
 use crate::tune::{self, Collective};
-use crate::ucx::{Op, Ucx};
+use crate::ucx::Ucx;
 use crate::{Error, RedOp, Result};
 use symcomm_device::abi::{P2pOp, SYMCOMM_P2P_RECV, SYMCOMM_P2P_SEND};
 
@@ -96,6 +96,12 @@ pub(super) struct Hosts {
     gates: Arc<worker::Gates>,
     /// The first call that failed: every later call and `check_error` report it.
     failed: OnceLock<Error>,
+    /// Bytes per piece of a message between hosts (`wire.rs`; from `chunk_bytes`).
+    piece: u64,
+    /// Whether messages cross through staging memory (`wire.rs`): on a GPU, and on the
+    /// emulator with [`CommOptions::hosts_staging`](crate::CommOptions::hosts_staging).
+    staged: bool,
+    staging: Mutex<Option<wire::Staging>>,
 }
 
 /// Starts this rank's proxy, with UCX endpoints of its own to the ranks of other hosts
@@ -157,8 +163,8 @@ struct Calls {
     received: Vec<u64>,
 }
 
-/// [`Msg::buf`] of a message straight from or into the caller's memory, on the emulator only
-/// (its device memory is host memory, which UCX reads and writes in place).
+/// [`Msg::buf`] of a message straight from or into the caller's memory (send/recv), without a
+/// copy through scratch memory (`wire.rs` moves it from and to there).
 const CALLERS: usize = usize::MAX;
 
 /// The tag bit of send/recv messages (collectives number their messages by call, send/recv per
@@ -222,7 +228,7 @@ impl Communicator {
     #[cfg(feature = "testing")]
     pub(crate) fn bytes_to_other_hosts(&self) -> u64 {
         match self.hosts.get() {
-            Some(Ok(h)) => h.sent_bytes.load(Ordering::Relaxed),
+            Some(Ok(h)) => h.sent_bytes.load(std::sync::atomic::Ordering::Relaxed),
             _ => 0,
         }
     }
@@ -346,11 +352,11 @@ impl Hosts {
             msgs.push((p.send, m, p.addr));
         }
         let mut phases = Phases::new(self, comm, stream, &mut calls.scratch, "send/recv");
-        // On the emulator UCX moves the caller's memory in place, except where ranges overlap:
-        // a send that a receive of the group overwrites (the local group runs before the
-        // exchange) and receives into overlapping memory go through scratch memory, as every
-        // message does on CUDA. (No empty message is direct: its address may be null.)
-        if comm.backend().is_emu() {
+        // Messages cross from and into the caller's memory, except where ranges overlap: a
+        // send that a receive of the group overwrites (the local group runs before the
+        // exchange) and receives into overlapping memory go through scratch memory. (No empty
+        // message is direct: its address may be null.)
+        {
             let receives: Vec<(usize, u64, u64)> = local
                 .iter()
                 .filter(|p| !p.send)
@@ -462,6 +468,9 @@ impl Hosts {
             worker: worker::Worker::start(comm)?,
             gates: Arc::new(worker::Gates::new(comm.backend())?),
             failed: OnceLock::new(),
+            piece: wire::piece_bytes(chunk_bytes),
+            staged: !comm.backend().is_emu() || comm.options().hosts_staging,
+            staging: Mutex::new(None),
         })
     }
 
@@ -726,126 +735,6 @@ impl Phases<'_> {
         // the next call reuses the scratch memory; the user's buffers are the caller's
         // contract (as for every collective).
         unsafe { self.stream.copy_raw(dst, src, bytes) }
-    }
-
-    /// Waits for the stream, then sends and receives `msgs` (in scratch memory) over UCX,
-    /// bounded by the communicator's operation timeout.
-    fn exchange(&self, sends: &[Msg], recvs: &[Msg]) -> Result<()> {
-        match self.ready.take() {
-            Some(e) => e.synchronize()?,
-            None => self.stream.synchronize()?,
-        }
-        if sends.is_empty() && recvs.is_empty() {
-            return Ok(());
-        }
-        let what = self.what;
-        let deadline = Instant::now() + self.comm.op_timeout;
-        let mut check = || self.comm.check_error().err();
-        let on_host = self.comm.backend().is_emu();
-        // Device memory is host memory on the emulator (UCX moves it in place); on CUDA the
-        // bytes go through host copies.
-        let host_copy = |m: &Msg| vec![0u8; usize::try_from(m.bytes).unwrap_or(0)];
-        let mut send_copies: Vec<Vec<u8>> = Vec::new();
-        let mut recv_copies: Vec<Vec<u8>> = Vec::new();
-        if !on_host {
-            for m in sends {
-                let mut v = host_copy(m);
-                self.read(m, &mut v)?;
-                send_copies.push(v);
-            }
-            recv_copies = recvs.iter().map(host_copy).collect();
-        }
-        let mut ops: Vec<Op<'_>> = Vec::with_capacity(sends.len() + recvs.len());
-        for (i, m) in sends.iter().enumerate() {
-            let data: &[u8] = if on_host {
-                // SAFETY: scratch memory of this call (host memory on the emulator), in bounds
-                // (the callers sized it for the message), or the caller's validated memory
-                // ([`CALLERS`]: send/recv, which waits for the exchange before returning); no
-                // device work touches it: the stream was synchronized above and the previous
-                // call's work had finished (other streams' use of the caller's memory is the
-                // caller's contract, as for every collective).
-                unsafe { self.host_slice(m) }
-            } else {
-                &send_copies[i]
-            };
-            ops.push(Op::Send {
-                peer: m.peer,
-                tag: m.tag,
-                data,
-            });
-        }
-        let mut copies = recv_copies.iter_mut();
-        for m in recvs {
-            let data: &mut [u8] = if on_host {
-                // SAFETY: as for the sends; the receive ranges overlap no other message's range
-                // (the callers give each message its own block of scratch memory, and send/recv
-                // takes the caller's memory only where no other message's range overlaps it).
-                unsafe { self.host_slice_mut(m) }
-            } else {
-                copies.next().map_or(&mut [][..], Vec::as_mut_slice)
-            };
-            ops.push(Op::Recv {
-                peer: m.peer,
-                tag: m.tag,
-                data,
-            });
-        }
-        self.hosts
-            .ucx
-            .exchange(&mut ops, what, deadline, &mut check)?;
-        let sent: u64 = sends.iter().map(|m| m.bytes).sum();
-        self.hosts.sent_bytes.fetch_add(sent, Ordering::Relaxed);
-        drop(ops);
-        if !on_host {
-            for (m, v) in recvs.iter().zip(&recv_copies) {
-                self.write(m, v)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn buffer(&self, m: &Msg) -> Result<&Buffer> {
-        self.scratch[m.buf + 2 * self.slot]
-            .as_ref()
-            .ok_or_else(|| Error::InvalidArgument("scratch memory missing".to_owned()))
-    }
-
-    fn read(&self, m: &Msg, out: &mut [u8]) -> Result<()> {
-        let offset = usize::try_from(m.offset).unwrap_or(usize::MAX);
-        self.buffer(m)?.read(offset, out)
-    }
-
-    fn write(&self, m: &Msg, data: &[u8]) -> Result<()> {
-        let offset = usize::try_from(m.offset).unwrap_or(usize::MAX);
-        self.buffer(m)?.write(offset, data)
-    }
-
-    /// The address `m.offset` is relative to: its scratch buffer's, or 0 for the caller's memory.
-    fn host_base(&self, m: &Msg) -> u64 {
-        if m.buf == CALLERS {
-            return 0;
-        }
-        let base = self.scratch_addr(m.buf);
-        debug_assert!(base != 0);
-        base
-    }
-
-    /// # Safety
-    /// Emulator memory (scratch, or the caller's with [`CALLERS`]); `m` within it; no device
-    /// work on it while the slice lives.
-    unsafe fn host_slice(&self, m: &Msg) -> &[u8] {
-        let base = self.host_base(m);
-        // SAFETY: the caller's contract.
-        unsafe { std::slice::from_raw_parts((base + m.offset) as *const u8, m.bytes as usize) }
-    }
-
-    /// # Safety
-    /// As [`Self::host_slice`], and no other live slice overlaps `m`.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn host_slice_mut(&self, m: &Msg) -> &mut [u8] {
-        let base = self.host_base(m);
-        // SAFETY: the caller's contract.
-        unsafe { std::slice::from_raw_parts_mut((base + m.offset) as *mut u8, m.bytes as usize) }
     }
 }
 

@@ -22,9 +22,9 @@ use std::sync::Arc;
 
 use symcomm_device::abi::{ErrorRecord, SYMCOMM_RANK_REMOTE, WindowHandleRaw};
 
-use crate::backend::cuda::{HostMapped, VmmRange, VmmSegment};
-use crate::backend::emu::memory::{self as emu, HeapBlock, MemfdRange};
-use crate::backend::{Backend, PerBackend, on_backend};
+use crate::backend::cuda::{VmmRange, VmmSegment};
+use crate::backend::emu::memory::{self as emu, MemfdRange};
+use crate::backend::{Backend, MappedHost, PerBackend, on_backend};
 use crate::stream::Buffer;
 use crate::{Error, Result};
 
@@ -275,23 +275,12 @@ impl Drop for FlatMapping {
 pub(crate) struct ControlBlock {
     host: *mut u8,
     device: u64,
-    /// Owns the block's memory; only its drop matters. `None` once handed to
-    /// `crate::sync_free` by the block's drop.
-    memory: Option<PerBackend<HostMapped, HeapBlock>>,
-}
-
-impl Drop for ControlBlock {
-    fn drop(&mut self) {
-        // cuMemFreeHost synchronizes the GPU: only while no symcomm stream has work in flight
-        // (`crate::sync_free`). The emulator models that wait (in `HeapBlock`'s drop).
-        if let Some(memory) = self.memory.take() {
-            crate::sync_free::release(Box::new(move || drop(memory)));
-        }
-    }
+    /// Owns the block's memory; only its drop matters (freed through `crate::sync_free`).
+    _memory: MappedHost,
 }
 
 // SAFETY: the block is plain words accessed through atomics (abort flag, error status) or read
-// as a whole after kernels finished; the pointer is to memory owned by `memory`.
+// as a whole after kernels finished; the pointer is to memory owned by `_memory`.
 unsafe impl Send for ControlBlock {}
 // SAFETY: as for Send.
 unsafe impl Sync for ControlBlock {}
@@ -302,11 +291,11 @@ const _: () = assert!(ERROR_OFFSET + size_of::<ErrorRecord>() <= 64);
 
 impl ControlBlock {
     pub(crate) fn new(backend: &Backend) -> Result<Self> {
-        let memory = backend.make(|d| HostMapped::new(d, 64), || Ok(HeapBlock::new(64)))?;
+        let memory = MappedHost::new(backend, 64)?;
         Ok(ControlBlock {
-            host: on_backend!(&memory, m => m.host_ptr()),
-            device: on_backend!(&memory, m => m.device_ptr()),
-            memory: Some(memory),
+            host: memory.host_ptr(),
+            device: memory.device_ptr(),
+            _memory: memory,
         })
     }
 

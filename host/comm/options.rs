@@ -117,6 +117,13 @@ pub struct CommOptions {
     /// previous chunk's exchange between hosts. Must be the same on every rank (the first
     /// collective across hosts refuses ranks that differ).
     pub hosts_chunk_bytes: u64,
+    /// On the emulator, move data between hosts through mapped host memory in pieces, copied on
+    /// streams of their own while the previous piece crosses, as on a GPU
+    /// (`SYMCOMM_HOSTS_STAGING=pinned`), instead of handing UCX the emulator's device memory,
+    /// which is host memory (`direct`, the default there): to test and measure the GPU's path
+    /// on a CPU. A GPU always stages (its memory goes to UCX only through host memory). Each
+    /// rank chooses alone: the bytes between hosts are the same either way.
+    pub hosts_staging: bool,
 }
 
 impl Default for CommOptions {
@@ -127,6 +134,7 @@ impl Default for CommOptions {
             peer_timeout: DEFAULT_PEER_TIMEOUT,
             emu_cuda_geometry: false,
             hosts_chunk_bytes: DEFAULT_HOSTS_CHUNK_BYTES,
+            hosts_staging: false,
         }
     }
 }
@@ -168,6 +176,17 @@ impl CommOptions {
                 ))
             })?;
         }
+        if let Some(v) = raw_value("SYMCOMM_HOSTS_STAGING") {
+            o.hosts_staging = match v.as_str() {
+                "pinned" => true,
+                "direct" => false,
+                _ => {
+                    return Err(Error::InvalidArgument(format!(
+                        "SYMCOMM_HOSTS_STAGING={v}: expected `pinned` or `direct`"
+                    )));
+                }
+            };
+        }
         o.validate()?;
         Ok(o)
     }
@@ -189,6 +208,13 @@ impl CommOptions {
     #[must_use]
     pub fn with_hosts_chunk_bytes(mut self, bytes: u64) -> Self {
         self.hosts_chunk_bytes = bytes;
+        self
+    }
+
+    /// Sets [`CommOptions::hosts_staging`].
+    #[must_use]
+    pub fn with_hosts_staging(mut self, on: bool) -> Self {
+        self.hosts_staging = on;
         self
     }
 

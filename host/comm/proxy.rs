@@ -39,10 +39,9 @@ use symcomm_device::abi::{
 };
 
 use super::memory::{ControlBlock, FlatMapping};
-use crate::backend::cuda::{HostMapped, ProxyCopies as CudaCopies};
-use crate::backend::emu::memory::HeapBlock;
+use crate::backend::cuda::ProxyCopies as CudaCopies;
 use crate::backend::emu::proxy::ProxyCopies as EmuCopies;
-use crate::backend::{PerBackend, on_backend};
+use crate::backend::{MappedHost, PerBackend, on_backend};
 use crate::stream::Buffer;
 use crate::ucx::{Outbox, Ucx};
 use crate::{Error, Result};
@@ -78,18 +77,15 @@ impl Shared {
     }
 }
 
-/// Host memory the device maps: mapped pinned memory on a GPU, heap memory on the emulator.
-type Mapped = PerBackend<HostMapped, HeapBlock>;
-
 /// This rank's proxy: the queue kernels write and the thread that serves it.
 pub(super) struct Proxy {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
     /// The ProxyQueue (device memory); freed after the thread stopped.
     queue: Buffer,
-    /// The taken count and the ring; freed after the thread stopped. `None` once handed to
-    /// `crate::sync_free` by the drop.
-    ring: Option<Mapped>,
+    /// The taken count and the ring; freed after the thread stopped (a field drops after the
+    /// `Drop` body), through `crate::sync_free` (cuMemFreeHost synchronizes the GPU).
+    _ring: MappedHost,
 }
 
 /// Where the proxy thread finds its rank's memory.
@@ -112,8 +108,8 @@ impl Proxy {
         backend: &crate::backend::Backend,
     ) -> Result<Proxy> {
         let bytes = RING_OFFSET + SYMCOMM_PROXY_SLOTS as usize * size_of::<ProxyOp>();
-        let ring = backend.make(|d| HostMapped::new(d, bytes), || Ok(HeapBlock::new(bytes)))?;
-        let (host, device) = on_backend!(&ring, m => (m.host_ptr() as u64, m.device_ptr()));
+        let ring = MappedHost::new(backend, bytes)?;
+        let (host, device) = (ring.host_ptr() as u64, ring.device_ptr());
         let copies = backend.make(|d| d.proxy_copies(), || Ok(EmuCopies))?;
         let queue = Buffer::new(backend, size_of::<ProxyQueue>())?;
         let head = ProxyQueue {
@@ -152,7 +148,7 @@ impl Proxy {
             shared,
             thread: Some(thread),
             queue,
-            ring: Some(ring),
+            _ring: ring,
         })
     }
 
@@ -184,11 +180,6 @@ impl Drop for Proxy {
         self.shared.stop.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
-        }
-        // cuMemFreeHost synchronizes the GPU: only while no symcomm stream has work in flight
-        // (as the control block's memory).
-        if let Some(ring) = self.ring.take() {
-            crate::sync_free::release(Box::new(move || drop(ring)));
         }
     }
 }

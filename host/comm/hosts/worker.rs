@@ -31,9 +31,7 @@ use std::time::Duration;
 use symcomm_device::abi::P2pOp;
 
 use super::{Hosts, lock};
-use crate::backend::cuda::HostMapped;
-use crate::backend::emu::memory::HeapBlock;
-use crate::backend::{Backend, PerBackend};
+use crate::backend::{Backend, MappedHost};
 use crate::comm::Communicator;
 use crate::comm::coll::{BufferRef, Call};
 use crate::stream::{Event, Retained, Stream};
@@ -99,7 +97,7 @@ impl Gate {
 
 /// A page of gate words.
 struct Page {
-    memory: PerBackend<HostMapped, HeapBlock>,
+    memory: MappedHost,
 }
 
 /// The gate words of one rank's calls across hosts, in pages of mapped host memory. A gate is
@@ -147,13 +145,8 @@ impl Gates {
     /// A page of free gates more.
     fn add_page(&self, st: &mut GateState) -> Result<()> {
         let bytes = GATES_PER_PAGE * 4;
-        let memory = self
-            .backend
-            .make(|d| HostMapped::new(d, bytes), || Ok(HeapBlock::new(bytes)))?;
-        let (host, device) = match &memory {
-            PerBackend::Cuda(m) => (m.host_ptr() as usize, m.device_ptr()),
-            PerBackend::Emu(m) => (m.host_ptr() as usize, m.device_ptr()),
-        };
+        let memory = MappedHost::new(&self.backend, bytes)?;
+        let (host, device) = (memory.host_ptr() as usize, memory.device_ptr());
         st.free.extend((0..GATES_PER_PAGE).rev().map(|i| Gate {
             host: host + 4 * i,
             device: device + 4 * i as u64,
@@ -194,10 +187,7 @@ impl Drop for Gates {
         let stuck: Vec<&Gate> = st.in_flight.iter().filter(|g| g.get() == QUEUED).collect();
         if stuck.is_empty() {
             // cuMemFreeHost synchronizes the GPU: only while symcomm's streams are idle (so
-            // after they passed their gates).
-            for page in st.pages {
-                crate::sync_free::release(Box::new(move || drop(page.memory)));
-            }
+            // after they passed their gates: `MappedHost`'s drop).
             return;
         }
         // A stream may still reach (or wait on) these gates: release them, and keep the memory
@@ -212,7 +202,7 @@ impl Drop for Gates {
             stuck.len()
         );
         for page in st.pages {
-            std::mem::forget(page.memory);
+            page.memory.leak();
         }
     }
 }

@@ -1,0 +1,382 @@
+//! How the messages of a call cross hosts ([`Phases::exchange`]).
+//!
+//! Every message moves as **pieces** of [`Hosts::piece`] bytes (the last one shorter; an empty
+//! message as one empty piece), sent and received in order under the message's tag (UCX matches
+//! messages of one tag from one sender in the order they were sent). Every rank cuts them the
+//! same way (the piece size follows the chunk size, which the ranks agreed on), so how a rank
+//! moves its pieces is its own choice:
+//!
+//! - **direct** (the emulator, by default): UCX reads and writes the messages' memory in place —
+//!   the emulator's device memory is host memory — every piece posted at once;
+//! - **staged** (a GPU; the emulator with [`CommOptions::hosts_staging`]): the pieces go through
+//!   mapped host memory ([`Staging`]) in waves. Wave `w` holds piece `w` of every message that
+//!   has one, in one half of the staging memory: while its pieces cross (one UCX exchange), a
+//!   stream of its own copies wave `w + 1`'s outgoing pieces from the device into the other
+//!   half, and another copies wave `w - 1`'s arrived pieces to the device. So the copies across
+//!   PCIe overlap the network, the memory is bounded by a piece per message and direction, and
+//!   every rank's waves pair up with its peers' (wave `w` of a message is piece `w` on both
+//!   sides).
+//!
+//! [`CommOptions::hosts_staging`]: crate::CommOptions::hosts_staging
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::{CALLERS, Hosts, Msg, Phases, lock};
+use crate::backend::MappedHost;
+use crate::stream::{Event, Stream};
+use crate::ucx::Op;
+use crate::{Error, Result};
+
+/// Alignment of a message's slot in the staging memory.
+const SLOT_ALIGN: u64 = 256;
+/// Largest piece: staging memory is at most this per message, direction and half.
+const MAX_PIECE: u64 = 4 << 20;
+
+/// The piece size for chunks of `chunk_bytes` (agreed on by every rank): an eighth of a chunk,
+/// so that a message of a chunk's size crosses in several waves (the staging copies overlap the
+/// network only across waves), between [`SLOT_ALIGN`] and [`MAX_PIECE`] bytes. Not calibrated on
+/// a GPU yet: each wave also costs a round trip (its sends complete when received).
+pub(super) fn piece_bytes(chunk_bytes: u64) -> u64 {
+    (chunk_bytes / 8 / SLOT_ALIGN * SLOT_ALIGN).clamp(SLOT_ALIGN, MAX_PIECE)
+}
+
+/// The staging memory of one rank's calls across hosts and the streams that copy through it,
+/// made at the first staged exchange and grown on demand.
+pub(super) struct Staging {
+    /// Device to host copies (outgoing pieces).
+    up: Stream,
+    /// Host to device copies (arrived pieces).
+    down: Stream,
+    /// Two halves (waves alternate) of outgoing and of arrived pieces.
+    out: [Option<MappedHost>; 2],
+    into: [Option<MappedHost>; 2],
+}
+
+/// Where each message's piece lies in a half of the staging memory (byte offsets), and the
+/// bytes a half needs.
+fn slots(msgs: &[Msg], piece: u64) -> (Vec<u64>, u64) {
+    let mut at = 0u64;
+    let offsets = msgs
+        .iter()
+        .map(|m| {
+            let o = at;
+            at += m.bytes.min(piece).next_multiple_of(SLOT_ALIGN);
+            o
+        })
+        .collect();
+    (offsets, at)
+}
+
+/// Bytes `w * piece ..` of `m` in wave `w`, if it has a piece there (an empty message has one
+/// empty piece, in wave 0).
+fn in_wave(m: &Msg, piece: u64, w: u64) -> Option<(u64, u64)> {
+    let start = w * piece;
+    (start < m.bytes || (w == 0 && m.bytes == 0)).then(|| (start, piece.min(m.bytes - start)))
+}
+
+/// Grows `half` to at least `bytes` bytes of mapped host memory (its old memory is free: no
+/// copy or exchange uses it between calls).
+fn grow(half: &mut Option<MappedHost>, bytes: u64, hosts: &Hosts) -> Result<()> {
+    let need = usize::try_from(bytes.max(1))
+        .map_err(|_| Error::InvalidArgument(format!("{bytes} bytes of staging memory")))?;
+    if half.as_ref().is_none_or(|h| h.len() < need) {
+        *half = None;
+        *half = Some(MappedHost::new(hosts.local.backend(), need)?);
+    }
+    Ok(())
+}
+
+impl Phases<'_> {
+    /// Waits for the stream (or for the chunk's first phase, when pipelined), then sends and
+    /// receives `msgs` over UCX (see the module's docs), bounded by the communicator's
+    /// operation timeout. When it returns, the received bytes are in place for the stream's
+    /// later work.
+    pub(super) fn exchange(&self, sends: &[Msg], recvs: &[Msg]) -> Result<()> {
+        match self.ready.take() {
+            Some(e) => e.synchronize()?,
+            None => self.stream.synchronize()?,
+        }
+        if sends.is_empty() && recvs.is_empty() {
+            return Ok(());
+        }
+        if self.hosts.staged {
+            self.exchange_staged(sends, recvs)?;
+        } else {
+            self.exchange_direct(sends, recvs)?;
+        }
+        let sent: u64 = sends.iter().map(|m| m.bytes).sum();
+        self.hosts.sent_bytes.fetch_add(sent, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// One UCX exchange of `ops`, bounded by `deadline`.
+    fn cross(&self, ops: &mut [Op<'_>], deadline: Instant) -> Result<()> {
+        let mut check = || self.comm.check_error().err();
+        self.hosts
+            .ucx
+            .exchange(ops, self.what, deadline, &mut check)
+    }
+
+    /// Every piece at once, in the messages' own memory (host memory: the emulator's).
+    fn exchange_direct(&self, sends: &[Msg], recvs: &[Msg]) -> Result<()> {
+        debug_assert!(self.comm.backend().is_emu());
+        let piece = usize::try_from(self.hosts.piece).unwrap_or(usize::MAX);
+        let deadline = Instant::now() + self.comm.op_timeout;
+        let mut ops: Vec<Op<'_>> = Vec::new();
+        for m in sends {
+            // SAFETY: emulator memory: scratch of this call (the callers sized it for the
+            // message) or the caller's validated memory ([`CALLERS`]: send/recv, which waits for
+            // the exchange before returning); no device work touches it: the stream was
+            // synchronized above and the previous call's work had finished (other streams' use
+            // of the caller's memory is the caller's contract, as for every collective).
+            let data = unsafe { self.host_slice(m) };
+            if data.is_empty() {
+                ops.push(Op::Send {
+                    peer: m.peer,
+                    tag: m.tag,
+                    data,
+                });
+                continue;
+            }
+            ops.extend(data.chunks(piece).map(|data| Op::Send {
+                peer: m.peer,
+                tag: m.tag,
+                data,
+            }));
+        }
+        for m in recvs {
+            // SAFETY: as for the sends; the receive ranges overlap no other message's range
+            // (the callers give each message its own block of scratch memory, and send/recv
+            // takes the caller's memory only where no other message's range overlaps it).
+            let data = unsafe { self.host_slice_mut(m) };
+            if data.is_empty() {
+                ops.push(Op::Recv {
+                    peer: m.peer,
+                    tag: m.tag,
+                    data,
+                });
+                continue;
+            }
+            ops.extend(data.chunks_mut(piece).map(|data| Op::Recv {
+                peer: m.peer,
+                tag: m.tag,
+                data,
+            }));
+        }
+        self.cross(&mut ops, deadline)
+    }
+
+    /// The pieces in waves through mapped host memory (see the module's docs).
+    fn exchange_staged(&self, sends: &[Msg], recvs: &[Msg]) -> Result<()> {
+        let hosts = self.hosts;
+        let piece = hosts.piece;
+        let deadline = Instant::now() + self.comm.op_timeout;
+        let mut staging = lock(&hosts.staging);
+        if staging.is_none() {
+            let backend = hosts.local.backend();
+            *staging = Some(Staging {
+                up: Stream::new(backend)?,
+                down: Stream::new(backend)?,
+                out: [None, None],
+                into: [None, None],
+            });
+        }
+        let st = staging
+            .as_mut()
+            .ok_or_else(|| Error::InvalidArgument("staging memory missing".to_owned()))?;
+        let (out_at, out_bytes) = slots(sends, piece);
+        let (into_at, into_bytes) = slots(recvs, piece);
+        for half in 0..2 {
+            grow(&mut st.out[half], out_bytes, hosts)?;
+            grow(&mut st.into[half], into_bytes, hosts)?;
+        }
+        let st = &*st;
+        let crossed = self.waves(st, sends, recvs, (&out_at, &into_at), deadline);
+        // Also after a failure: no copy may still use the messages' memory once this returns
+        // (its stream's next work, or the caller's, may reuse it).
+        let up = st.up.synchronize();
+        let down = st.down.synchronize();
+        crossed.and(up).and(down)
+    }
+
+    /// The waves of [`Self::exchange_staged`]: `at` the messages' slots (outgoing, arriving).
+    fn waves(
+        &self,
+        st: &Staging,
+        sends: &[Msg],
+        recvs: &[Msg],
+        (out_at, into_at): (&[u64], &[u64]),
+        deadline: Instant,
+    ) -> Result<()> {
+        let piece = self.hosts.piece;
+        let waves = sends
+            .iter()
+            .chain(recvs)
+            .map(|m| m.bytes.div_ceil(piece))
+            .max()
+            .unwrap_or(0)
+            .max(1);
+        let half = |h: &[Option<MappedHost>; 2], w: u64| -> Result<(u64, *mut u8)> {
+            let m = h[(w % 2) as usize]
+                .as_ref()
+                .ok_or_else(|| Error::InvalidArgument("staging memory missing".to_owned()))?;
+            Ok((m.device_ptr(), m.host_ptr()))
+        };
+        // Queues wave `w`'s outgoing pieces into their half; the event follows them.
+        let up = |w: u64| -> Result<Event> {
+            let (base, _) = half(&st.out, w)?;
+            for (m, at) in sends.iter().zip(out_at) {
+                if let Some((start, n)) = in_wave(m, piece, w).filter(|&(_, n)| n > 0) {
+                    // SAFETY: the source lies in the message's memory (scratch of this call or
+                    // the caller's validated buffer, as for every message); the destination is
+                    // the message's slot in this half, sized by `slots`; nothing else uses that
+                    // slot until the wave crossed (the other half holds the wave in flight).
+                    unsafe {
+                        st.up
+                            .copy_raw(base + at, self.host_base(m) + m.offset + start, n)?;
+                    }
+                }
+            }
+            st.up.record_event()
+        };
+        let mut copied_up = [None, None];
+        let mut copied_down: [Option<Event>; 2] = [None, None];
+        copied_up[0] = Some(up(0)?);
+        for w in 0..waves {
+            if w + 1 < waves {
+                copied_up[((w + 1) % 2) as usize] = Some(up(w + 1)?);
+            }
+            let i = (w % 2) as usize;
+            if let Some(e) = copied_up[i].take() {
+                e.synchronize()?;
+            }
+            // This half's arrived pieces of wave w - 2 are on the device.
+            if let Some(e) = copied_down[i].take() {
+                e.synchronize()?;
+            }
+            let (_, out_host) = half(&st.out, w)?;
+            let (into_dev, into_host) = half(&st.into, w)?;
+            let mut ops: Vec<Op<'_>> = Vec::with_capacity(sends.len() + recvs.len());
+            for (m, &at) in sends.iter().zip(out_at) {
+                if let Some((_, n)) = in_wave(m, piece, w) {
+                    // SAFETY: the message's slot of this half (in bounds: `slots`), which the
+                    // copy waited for above filled; no copy writes this half during the wave.
+                    let data = unsafe {
+                        std::slice::from_raw_parts(out_host.add(at as usize), n as usize)
+                    };
+                    ops.push(Op::Send {
+                        peer: m.peer,
+                        tag: m.tag,
+                        data,
+                    });
+                }
+            }
+            for (m, &at) in recvs.iter().zip(into_at) {
+                if let Some((_, n)) = in_wave(m, piece, w) {
+                    // SAFETY: the message's slot of this half: in bounds, no other op's slot,
+                    // and no copy reads this half until the wave crossed (waited for above).
+                    let data = unsafe {
+                        std::slice::from_raw_parts_mut(into_host.add(at as usize), n as usize)
+                    };
+                    ops.push(Op::Recv {
+                        peer: m.peer,
+                        tag: m.tag,
+                        data,
+                    });
+                }
+            }
+            self.cross(&mut ops, deadline)?;
+            drop(ops);
+            for (m, at) in recvs.iter().zip(into_at) {
+                if let Some((start, n)) = in_wave(m, piece, w).filter(|&(_, n)| n > 0) {
+                    // SAFETY: as for the outgoing copies, the other way: the piece's place in
+                    // the message's memory, from its slot of this half.
+                    unsafe {
+                        st.down
+                            .copy_raw(self.host_base(m) + m.offset + start, into_dev + at, n)?;
+                    }
+                }
+            }
+            copied_down[i] = Some(st.down.record_event()?);
+        }
+        Ok(())
+    }
+
+    /// The address `m.offset` is relative to: its scratch buffer's, or 0 for the caller's memory.
+    fn host_base(&self, m: &Msg) -> u64 {
+        if m.buf == CALLERS {
+            return 0;
+        }
+        let base = self.scratch_addr(m.buf);
+        debug_assert!(base != 0);
+        base
+    }
+
+    /// # Safety
+    /// Emulator memory (scratch, or the caller's with [`CALLERS`]); `m` within it; no device
+    /// work on it while the slice lives.
+    unsafe fn host_slice(&self, m: &Msg) -> &[u8] {
+        let base = self.host_base(m);
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts((base + m.offset) as *const u8, m.bytes as usize) }
+    }
+
+    /// # Safety
+    /// As [`Self::host_slice`], and no other live slice overlaps `m`.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn host_slice_mut(&self, m: &Msg) -> &mut [u8] {
+        let base = self.host_base(m);
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut((base + m.offset) as *mut u8, m.bytes as usize) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(bytes: u64) -> Msg {
+        Msg {
+            peer: 1,
+            tag: 7,
+            buf: 0,
+            offset: 0,
+            bytes,
+        }
+    }
+
+    #[test]
+    fn pieces_follow_the_chunk_and_stay_bounded() {
+        assert_eq!(piece_bytes(4 << 20), 512 << 10);
+        assert_eq!(piece_bytes(1), SLOT_ALIGN);
+        assert_eq!(piece_bytes(70_000), 8_704);
+        assert_eq!(piece_bytes(1 << 30), MAX_PIECE);
+    }
+
+    #[test]
+    fn waves_cover_every_byte_once_and_empty_messages_once() {
+        let piece = 1000;
+        for bytes in [0u64, 1, 999, 1000, 1001, 5000, 5001] {
+            let m = msg(bytes);
+            let mut covered = 0;
+            let mut pieces = 0;
+            for w in 0..10 {
+                if let Some((start, n)) = in_wave(&m, piece, w) {
+                    assert_eq!(start, covered, "{bytes} bytes, wave {w}");
+                    covered += n;
+                    pieces += 1;
+                }
+            }
+            assert_eq!(covered, bytes);
+            assert_eq!(pieces, bytes.div_ceil(piece).max(1), "{bytes} bytes");
+        }
+    }
+
+    #[test]
+    fn slots_are_aligned_and_hold_a_piece_each() {
+        let (at, total) = slots(&[msg(10), msg(0), msg(5000), msg(300)], 1000);
+        assert_eq!(at, [0, 256, 256, 1280]);
+        assert_eq!(total, 1792);
+    }
+}
