@@ -163,8 +163,8 @@ struct Calls {
     received: Vec<u64>,
 }
 
-/// [`Msg::buf`] of a message straight from or into the caller's memory (send/recv), without a
-/// copy through scratch memory (`wire.rs` moves it from and to there).
+/// [`Msg::buf`] of a message straight from or into the caller's memory (send/recv, broadcast's
+/// whole shards), without a copy through scratch memory (`wire.rs` moves it from and to there).
 const CALLERS: usize = usize::MAX;
 
 /// The tag bit of send/recv messages (collectives number their messages by call, send/recv per
@@ -1252,6 +1252,8 @@ impl<'a> Run<'_, 'a> {
         self.host_broadcast(c.send)?;
         let bytes = self.bytes(c.count);
         match self.rails() {
+            // Whole shards leave from `recv` itself (`broadcast_rest`).
+            Some(l) if c.count % l == 0 => Ok(()),
             Some(l) => {
                 let padded = l * self.bytes(c.count.div_ceil(l));
                 self.grow(0, padded)?;
@@ -1266,8 +1268,10 @@ impl<'a> Run<'_, 'a> {
     }
 
     /// Broadcast after phase 1. On rails: each rank of the root's host sends its shard to its
-    /// rail, and every other host all-gathers the shards. Through leaders: the root sends the
-    /// vector to every other host's leader, which gives it to its host.
+    /// rail, and every other host all-gathers the shards — from and into `recv` itself when the
+    /// count is a multiple of the rail count (no copy through scratch memory; else the last
+    /// shard is padded there). Through leaders: the root sends the vector to every other host's
+    /// leader, which gives it to its host.
     fn broadcast_rest(&mut self) -> Result<()> {
         let c = self.call;
         let root_host = self.hosts.place(c.root).0;
@@ -1299,9 +1303,30 @@ impl<'a> Run<'_, 'a> {
         let shard = c.count.div_ceil(l);
         let block = self.bytes(shard);
         let j = u64::from(self.hosts.place(self.me()).1);
+        let whole = c.count % l == 0;
         if at_root {
-            let sends = self.along_rail(root_host, block, |_| j * block);
+            let mut sends = self.along_rail(root_host, block, |_| j * block);
+            if whole {
+                for m in &mut sends {
+                    (m.buf, m.offset) = (CALLERS, c.recv.addr + j * block);
+                }
+            }
             return self.exchange(&sends, &[]);
+        }
+        if whole {
+            let from = Msg {
+                tag: self.seq,
+                peer: self.rail()[root_host],
+                buf: CALLERS,
+                offset: c.recv.addr + j * block,
+                bytes: block,
+            };
+            self.exchange(&[], &[from])?;
+            // In place: this rank's shard is already at its place in `recv`.
+            let mine = c.recv.part(j * block, block);
+            return self
+                .local()
+                .all_gather(mine, c.recv, shard as usize, c.dtype, self.stream);
         }
         self.grow(0, l * block)?;
         let from = Msg {
