@@ -36,6 +36,7 @@
 //! pipelined in chunks of [`CommOptions::hosts_chunk_bytes`](crate::CommOptions::hosts_chunk_bytes):
 //! the next chunk's first phase runs on the worker's stream while the worker moves the current
 //! chunk's bytes between hosts, and the current chunk's last phase while it moves the next one's.
+//! How a message crosses (in pieces; on a GPU staged through pinned host memory): `wire.rs`.
 
 mod wire;
 mod worker;
