@@ -16,7 +16,8 @@
 //! - `a_kernel_waiting_for_a_lost_host_returns_promptly`: a kernel waiting for a signal from a
 //!   rank of another host that aborts returns Aborted at once, not at its deadline.
 //! - `calls_across_hosts_replay_from_a_graph`: an all-reduce and a send/recv ring across hosts
-//!   captured in a graph, replayed with new inputs between calls made outside it, bit-exact.
+//!   captured in a graph, replayed with new inputs between calls made outside it, bit-exact;
+//!   also staged through mapped host memory as on a GPU (`_staged`).
 //! - `calls_across_hosts_do_not_block_the_caller`: a call returns while its stream is still busy
 //!   with earlier work, and runs once the stream gets there.
 //! - `calls_on_two_streams_run_in_the_order_they_were_made`: calls on two streams, one of them
@@ -24,7 +25,7 @@
 //! - `a_communicator_dropped_right_after_a_call_still_makes_it`: the call runs once its stream
 //!   gets there, after the caller dropped the communicator.
 //! - `a_failed_call_across_hosts_is_reported_and_its_stream_goes_on`: a call whose peer is gone
-//!   lets its stream go on, and `check_error` and the next call report the loss.
+//!   lets its stream go on, and `check_error` and the next call report the loss; also staged.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -47,7 +48,20 @@ fn options() -> CommOptions {
 
 /// Runs `body` on ranks placed on `hosts` (emulator), panicking with the first failure.
 fn on_hosts<T: Send>(hosts: &[&str], body: impl Fn(Arc<Communicator>) -> T + Sync) -> Vec<T> {
-    support::try_with_ranks_on_hosts(Device::Emu, hosts, &options(), |c| Ok(body(c)))
+    on_hosts_staged(hosts, false, body)
+}
+
+/// [`on_hosts`], the bytes between hosts staged through mapped host memory as on a GPU when
+/// `staged` (pieces of 512 B: chunks of 4 KiB).
+fn on_hosts_staged<T: Send>(
+    hosts: &[&str],
+    staged: bool,
+    body: impl Fn(Arc<Communicator>) -> T + Sync,
+) -> Vec<T> {
+    let options = options()
+        .with_hosts_staging(staged)
+        .with_hosts_chunk_bytes(if staged { 4096 } else { 4 << 20 });
+    support::try_with_ranks_on_hosts(Device::Emu, hosts, &options, |c| Ok(body(c)))
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -318,10 +332,20 @@ fn a_kernel_waiting_for_a_lost_host_returns_promptly() {
 /// every result bit-exact.
 #[test]
 fn calls_across_hosts_replay_from_a_graph() {
+    replay_from_a_graph(false);
+}
+
+/// [`calls_across_hosts_replay_from_a_graph`], staged as on a GPU.
+#[test]
+fn calls_across_hosts_replay_from_a_graph_staged() {
+    replay_from_a_graph(true);
+}
+
+fn replay_from_a_graph(staged: bool) {
     const COUNT: usize = 1001;
     let hosts = ["h0", "h1", "h0", "h1"];
     let n = hosts.len() as i32;
-    let results = on_hosts(&hosts, |comm| {
+    let results = on_hosts_staged(&hosts, staged, |comm| {
         let (rank, nranks) = (comm.rank(), comm.nranks());
         let (next, prev) = ((rank + 1) % nranks, (rank + nranks - 1) % nranks);
         let send = comm.alloc_window::<i32>(COUNT).unwrap();
@@ -489,8 +513,19 @@ fn calls_on_two_streams_run_in_the_order_they_were_made() {
 /// next call report the lost peer.
 #[test]
 fn a_failed_call_across_hosts_is_reported_and_its_stream_goes_on() {
+    failed_call_goes_on(false);
+}
+
+/// [`a_failed_call_across_hosts_is_reported_and_its_stream_goes_on`], staged as on a GPU (the
+/// failure ends the waves, and the staging copies are waited for).
+#[test]
+fn a_failed_staged_call_across_hosts_is_reported_and_its_stream_goes_on() {
+    failed_call_goes_on(true);
+}
+
+fn failed_call_goes_on(staged: bool) {
     const COUNT: usize = 777;
-    let results = on_hosts(&["h0", "h1"], |comm| {
+    let results = on_hosts_staged(&["h0", "h1"], staged, |comm| {
         let buf = comm.alloc_buffer(COUNT * 4).unwrap();
         let stream = comm.create_stream().unwrap();
         comm.all_reduce(&buf, &buf, COUNT, DataType::I32, RedOp::Sum, &stream)
@@ -525,7 +560,10 @@ fn a_failed_call_across_hosts_is_reported_and_its_stream_goes_on() {
             other => panic!("{what} on rank 0: {other:?}"),
         }
     }
-    println!("a call across hosts whose peer was lost: its stream went on after {took:?}");
+    println!(
+        "a call across hosts whose peer was lost (staged: {staged}): its stream went on after \
+         {took:?}"
+    );
 }
 
 /// Every rank queues an all-reduce across hosts behind held work and drops its communicator at
