@@ -97,8 +97,6 @@ pub(super) struct Hosts {
     gates: Arc<worker::Gates>,
     /// The first call that failed: every later call and `check_error` report it.
     failed: OnceLock<Error>,
-    /// Bytes per piece of a message between hosts (`wire.rs`; from `chunk_bytes`).
-    piece: u64,
     /// Whether messages cross through staging memory (`wire.rs`): on a GPU, and on the
     /// emulator with [`CommOptions::hosts_staging`](crate::CommOptions::hosts_staging).
     staged: bool,
@@ -357,26 +355,24 @@ impl Hosts {
         // send that a receive of the group overwrites (the local group runs before the
         // exchange) and receives into overlapping memory go through scratch memory. (No empty
         // message is direct: its address may be null.)
-        {
-            let receives: Vec<(usize, u64, u64)> = local
+        let receives: Vec<(usize, u64, u64)> = local
+            .iter()
+            .filter(|p| !p.send)
+            .map(|p| (usize::MAX, p.addr, p.bytes))
+            .chain(
+                msgs.iter()
+                    .enumerate()
+                    .filter(|(_, (send, _, _))| !*send)
+                    .map(|(i, (_, m, a))| (i, *a, m.bytes)),
+            )
+            .collect();
+        for (i, (_, m, addr)) in msgs.iter_mut().enumerate() {
+            let (start, end) = (*addr, *addr + m.bytes);
+            let clear = receives
                 .iter()
-                .filter(|p| !p.send)
-                .map(|p| (usize::MAX, p.addr, p.bytes))
-                .chain(
-                    msgs.iter()
-                        .enumerate()
-                        .filter(|(_, (send, _, _))| !*send)
-                        .map(|(i, (_, m, a))| (i, *a, m.bytes)),
-                )
-                .collect();
-            for (i, (_, m, addr)) in msgs.iter_mut().enumerate() {
-                let (start, end) = (*addr, *addr + m.bytes);
-                let clear = receives
-                    .iter()
-                    .all(|&(j, a, n)| j == i || n == 0 || end <= a || a + n <= start);
-                if m.bytes > 0 && clear {
-                    (m.buf, m.offset) = (CALLERS, *addr);
-                }
+                .all(|&(j, a, n)| j == i || n == 0 || end <= a || a + n <= start);
+            if m.bytes > 0 && clear {
+                (m.buf, m.offset) = (CALLERS, *addr);
             }
         }
         phases.grow(0, at)?;
@@ -469,7 +465,6 @@ impl Hosts {
             worker: worker::Worker::start(comm)?,
             gates: Arc::new(worker::Gates::new(comm.backend())?),
             failed: OnceLock::new(),
-            piece: wire::piece_bytes(chunk_bytes),
             staged: !comm.backend().is_emu() || comm.options().hosts_staging,
             staging: Mutex::new(None),
         })

@@ -273,17 +273,8 @@ impl Drop for FlatMapping {
 /// writes, kernels poll) and the error record (kernels write, host reads). Host memory that the
 /// device can address: plain heap memory on the emulator, mapped pinned memory on CUDA.
 pub(crate) struct ControlBlock {
-    host: *mut u8,
-    device: u64,
-    /// Owns the block's memory; only its drop matters (freed through `crate::sync_free`).
-    _memory: MappedHost,
+    memory: MappedHost,
 }
-
-// SAFETY: the block is plain words accessed through atomics (abort flag, error status) or read
-// as a whole after kernels finished; the pointer is to memory owned by `_memory`.
-unsafe impl Send for ControlBlock {}
-// SAFETY: as for Send.
-unsafe impl Sync for ControlBlock {}
 
 const ABORT_OFFSET: usize = 0;
 const ERROR_OFFSET: usize = 8;
@@ -291,34 +282,36 @@ const _: () = assert!(ERROR_OFFSET + size_of::<ErrorRecord>() <= 64);
 
 impl ControlBlock {
     pub(crate) fn new(backend: &Backend) -> Result<Self> {
-        let memory = MappedHost::new(backend, 64)?;
         Ok(ControlBlock {
-            host: memory.host_ptr(),
-            device: memory.device_ptr(),
-            _memory: memory,
+            memory: MappedHost::new(backend, 64)?,
         })
+    }
+
+    /// The block's byte at `offset` (< 64), for the host.
+    fn host_at(&self, offset: usize) -> *mut u8 {
+        self.memory.host_ptr().wrapping_add(offset)
     }
 
     fn abort(&self) -> &AtomicU32 {
         // SAFETY: ABORT_OFFSET is an 8-aligned word inside the 64-byte block, alive as long as
         // `self`; every access to it (host and kernels) is atomic.
-        unsafe { AtomicU32::from_ptr(self.host.add(ABORT_OFFSET).cast()) }
+        unsafe { AtomicU32::from_ptr(self.host_at(ABORT_OFFSET).cast()) }
     }
 
     fn error_status(&self) -> &AtomicU32 {
         // SAFETY: as for `abort`; `status` is the record's first field, written by kernels with
         // an atomic compare-and-swap.
-        unsafe { AtomicU32::from_ptr(self.host.add(ERROR_OFFSET).cast()) }
+        unsafe { AtomicU32::from_ptr(self.host_at(ERROR_OFFSET).cast()) }
     }
 
     /// Device address of the abort flag.
     pub(crate) fn abort_flag_addr(&self) -> u64 {
-        self.device + ABORT_OFFSET as u64
+        self.memory.device_ptr() + ABORT_OFFSET as u64
     }
 
     /// Device address of the error record.
     pub(crate) fn error_addr(&self) -> u64 {
-        self.device + ERROR_OFFSET as u64
+        self.memory.device_ptr() + ERROR_OFFSET as u64
     }
 
     /// Raises the abort flag (idempotent; any thread).
@@ -342,7 +335,7 @@ impl ControlBlock {
         {
             return false;
         }
-        let rec_ptr = self.host.wrapping_add(ERROR_OFFSET).cast::<ErrorRecord>();
+        let rec_ptr = self.host_at(ERROR_OFFSET).cast::<ErrorRecord>();
         // SAFETY: the record lies inside the block, alive as long as `self`; winning the
         // compare-and-swap on `status` makes this thread its only writer, as on the device.
         unsafe {
@@ -363,6 +356,6 @@ impl ControlBlock {
         // SAFETY: the record is 8-aligned inside the block; the fields after `status` are
         // written before a kernel finishes and the host reads them afterwards (a torn read of a
         // running kernel's record shows at worst a stale detail field).
-        Some(unsafe { std::ptr::read_volatile(self.host.add(ERROR_OFFSET).cast::<ErrorRecord>()) })
+        Some(unsafe { std::ptr::read_volatile(self.host_at(ERROR_OFFSET).cast::<ErrorRecord>()) })
     }
 }

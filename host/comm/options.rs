@@ -139,6 +139,18 @@ impl Default for CommOptions {
     }
 }
 
+/// A setting of two words: `Some(true)` for `yes`, `Some(false)` for `no`, `None` when unset.
+fn either(name: &str, yes: &str, no: &str) -> Result<Option<bool>> {
+    match raw_value(name) {
+        None => Ok(None),
+        Some(v) if v == yes => Ok(Some(true)),
+        Some(v) if v == no => Ok(Some(false)),
+        Some(v) => Err(Error::InvalidArgument(format!(
+            "{name}={v}: expected `{yes}` or `{no}`"
+        ))),
+    }
+}
+
 impl CommOptions {
     /// Defaults overridden by `SYMCOMM_TIMEOUT`, `SYMCOMM_HEARTBEAT`, `SYMCOMM_PEER_TIMEOUT`
     /// (`30`, `2.5s`, `500ms`, `2m`).
@@ -158,16 +170,8 @@ impl CommOptions {
         get("SYMCOMM_TIMEOUT", &mut o.device_timeout)?;
         get("SYMCOMM_HEARTBEAT", &mut o.heartbeat)?;
         get("SYMCOMM_PEER_TIMEOUT", &mut o.peer_timeout)?;
-        if let Some(v) = raw_value("SYMCOMM_EMU_GEOMETRY") {
-            o.emu_cuda_geometry = match v.as_str() {
-                "cuda" => true,
-                "emu" => false,
-                _ => {
-                    return Err(Error::InvalidArgument(format!(
-                        "SYMCOMM_EMU_GEOMETRY={v}: expected `cuda` or `emu`"
-                    )));
-                }
-            };
+        if let Some(on) = either("SYMCOMM_EMU_GEOMETRY", "cuda", "emu")? {
+            o.emu_cuda_geometry = on;
         }
         if let Some(v) = raw_value("SYMCOMM_HOSTS_CHUNK_BYTES") {
             o.hosts_chunk_bytes = v.trim().parse().map_err(|_| {
@@ -176,16 +180,8 @@ impl CommOptions {
                 ))
             })?;
         }
-        if let Some(v) = raw_value("SYMCOMM_HOSTS_STAGING") {
-            o.hosts_staging = match v.as_str() {
-                "pinned" => true,
-                "direct" => false,
-                _ => {
-                    return Err(Error::InvalidArgument(format!(
-                        "SYMCOMM_HOSTS_STAGING={v}: expected `pinned` or `direct`"
-                    )));
-                }
-            };
+        if let Some(on) = either("SYMCOMM_HOSTS_STAGING", "pinned", "direct")? {
+            o.hosts_staging = on;
         }
         o.validate()?;
         Ok(o)

@@ -23,7 +23,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::{CALLERS, Hosts, Msg, Phases, lock};
-use crate::backend::MappedHost;
+use crate::backend::{Backend, MappedHost};
 use crate::stream::{Event, Stream};
 use crate::ucx::Op;
 use crate::{Error, Result};
@@ -75,16 +75,52 @@ fn in_wave(m: &Msg, piece: u64, w: u64) -> Option<(u64, u64)> {
     (start < m.bytes || (w == 0 && m.bytes == 0)).then(|| (start, piece.min(m.bytes - start)))
 }
 
-/// Grows `half` to at least `bytes` bytes of mapped host memory (its old memory is free: no
+/// Every piece of `m`: `(start, bytes)` in the message, in order (wave `w` holds the `w`-th).
+fn pieces(m: &Msg, piece: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
+    (0..).map_while(move |w| in_wave(m, piece, w))
+}
+
+/// `half` grown to at least `bytes` bytes of mapped host memory (its old memory is free: no
 /// copy or exchange uses it between calls).
-fn grow(half: &mut Option<MappedHost>, bytes: u64, hosts: &Hosts) -> Result<()> {
+fn grow<'h>(
+    half: &'h mut Option<MappedHost>,
+    bytes: u64,
+    backend: &Backend,
+) -> Result<&'h MappedHost> {
     let need = usize::try_from(bytes.max(1))
         .map_err(|_| Error::InvalidArgument(format!("{bytes} bytes of staging memory")))?;
     if half.as_ref().is_none_or(|h| h.len() < need) {
         *half = None;
-        *half = Some(MappedHost::new(hosts.local.backend(), need)?);
+        *half = Some(MappedHost::new(backend, need)?);
     }
-    Ok(())
+    half.as_ref()
+        .ok_or_else(|| Error::InvalidArgument("staging memory missing".to_owned()))
+}
+
+impl Staging {
+    fn new(backend: &Backend) -> Result<Staging> {
+        Ok(Staging {
+            up: Stream::new(backend)?,
+            down: Stream::new(backend)?,
+            out: [None, None],
+            into: [None, None],
+        })
+    }
+}
+
+impl Hosts {
+    /// Bytes per piece of a message between hosts.
+    fn piece(&self) -> u64 {
+        piece_bytes(self.chunk_bytes)
+    }
+}
+
+/// The two halves of staging memory of one direction, grown for an exchange (waves alternate).
+type Halves<'h> = [&'h MappedHost; 2];
+
+/// The half of wave `w`.
+fn half(h: Halves<'_>, w: u64) -> &MappedHost {
+    h[(w % 2) as usize]
 }
 
 impl Phases<'_> {
@@ -121,7 +157,7 @@ impl Phases<'_> {
     /// Every piece at once, in the messages' own memory (host memory: the emulator's).
     fn exchange_direct(&self, sends: &[Msg], recvs: &[Msg]) -> Result<()> {
         debug_assert!(self.comm.backend().is_emu());
-        let piece = usize::try_from(self.hosts.piece).unwrap_or(usize::MAX);
+        let piece = self.hosts.piece();
         let deadline = Instant::now() + self.comm.op_timeout;
         let mut ops: Vec<Op<'_>> = Vec::new();
         for m in sends {
@@ -131,38 +167,26 @@ impl Phases<'_> {
             // synchronized above and the previous call's work had finished (other streams' use
             // of the caller's memory is the caller's contract, as for every collective).
             let data = unsafe { self.host_slice(m) };
-            if data.is_empty() {
-                ops.push(Op::Send {
-                    peer: m.peer,
-                    tag: m.tag,
-                    data,
-                });
-                continue;
-            }
-            ops.extend(data.chunks(piece).map(|data| Op::Send {
+            ops.extend(pieces(m, piece).map(|(start, n)| Op::Send {
                 peer: m.peer,
                 tag: m.tag,
-                data,
+                data: &data[start as usize..(start + n) as usize],
             }));
         }
         for m in recvs {
             // SAFETY: as for the sends; the receive ranges overlap no other message's range
             // (the callers give each message its own block of scratch memory, and send/recv
             // takes the caller's memory only where no other message's range overlaps it).
-            let data = unsafe { self.host_slice_mut(m) };
-            if data.is_empty() {
+            let mut rest = unsafe { self.host_slice_mut(m) };
+            for (_, n) in pieces(m, piece) {
+                let (data, tail) = rest.split_at_mut(n as usize);
+                rest = tail;
                 ops.push(Op::Recv {
                     peer: m.peer,
                     tag: m.tag,
                     data,
                 });
-                continue;
             }
-            ops.extend(data.chunks_mut(piece).map(|data| Op::Recv {
-                peer: m.peer,
-                tag: m.tag,
-                data,
-            }));
         }
         self.cross(&mut ops, deadline)
     }
@@ -170,46 +194,50 @@ impl Phases<'_> {
     /// The pieces in waves through mapped host memory (see the module's docs).
     fn exchange_staged(&self, sends: &[Msg], recvs: &[Msg]) -> Result<()> {
         let hosts = self.hosts;
-        let piece = hosts.piece;
+        let backend = hosts.local.backend();
+        let piece = hosts.piece();
         let deadline = Instant::now() + self.comm.op_timeout;
         let mut staging = lock(&hosts.staging);
-        if staging.is_none() {
-            let backend = hosts.local.backend();
-            *staging = Some(Staging {
-                up: Stream::new(backend)?,
-                down: Stream::new(backend)?,
-                out: [None, None],
-                into: [None, None],
-            });
-        }
-        let st = staging
-            .as_mut()
-            .ok_or_else(|| Error::InvalidArgument("staging memory missing".to_owned()))?;
+        let st = match &mut *staging {
+            Some(st) => st,
+            none => none.insert(Staging::new(backend)?),
+        };
         let (out_at, out_bytes) = slots(sends, piece);
         let (into_at, into_bytes) = slots(recvs, piece);
-        for half in 0..2 {
-            grow(&mut st.out[half], out_bytes, hosts)?;
-            grow(&mut st.into[half], into_bytes, hosts)?;
-        }
-        let st = &*st;
-        let crossed = self.waves(st, sends, recvs, (&out_at, &into_at), deadline);
+        let ([o0, o1], [i0, i1]) = (&mut st.out, &mut st.into);
+        let out = [grow(o0, out_bytes, backend)?, grow(o1, out_bytes, backend)?];
+        let into = [
+            grow(i0, into_bytes, backend)?,
+            grow(i1, into_bytes, backend)?,
+        ];
+        let (up, down) = (&st.up, &st.down);
+        let crossed = self.waves(
+            (up, down),
+            (out, into),
+            sends,
+            recvs,
+            (&out_at, &into_at),
+            deadline,
+        );
         // Also after a failure: no copy may still use the messages' memory once this returns
         // (its stream's next work, or the caller's, may reuse it).
-        let up = st.up.synchronize();
-        let down = st.down.synchronize();
+        let up = up.synchronize();
+        let down = down.synchronize();
         crossed.and(up).and(down)
     }
 
-    /// The waves of [`Self::exchange_staged`]: `at` the messages' slots (outgoing, arriving).
+    /// The waves of [`Self::exchange_staged`], with its copy streams and staging memory (up:
+    /// outgoing, down: arriving); `at` the messages' slots in a half.
     fn waves(
         &self,
-        st: &Staging,
+        (up_stream, down_stream): (&Stream, &Stream),
+        (out, into): (Halves<'_>, Halves<'_>),
         sends: &[Msg],
         recvs: &[Msg],
         (out_at, into_at): (&[u64], &[u64]),
         deadline: Instant,
     ) -> Result<()> {
-        let piece = self.hosts.piece;
+        let piece = self.hosts.piece();
         let waves = sends
             .iter()
             .chain(recvs)
@@ -217,15 +245,9 @@ impl Phases<'_> {
             .max()
             .unwrap_or(0)
             .max(1);
-        let half = |h: &[Option<MappedHost>; 2], w: u64| -> Result<(u64, *mut u8)> {
-            let m = h[(w % 2) as usize]
-                .as_ref()
-                .ok_or_else(|| Error::InvalidArgument("staging memory missing".to_owned()))?;
-            Ok((m.device_ptr(), m.host_ptr()))
-        };
         // Queues wave `w`'s outgoing pieces into their half; the event follows them.
         let up = |w: u64| -> Result<Event> {
-            let (base, _) = half(&st.out, w)?;
+            let base = half(out, w).device_ptr();
             for (m, at) in sends.iter().zip(out_at) {
                 if let Some((start, n)) = in_wave(m, piece, w).filter(|&(_, n)| n > 0) {
                     // SAFETY: the source lies in the message's memory (scratch of this call or
@@ -233,12 +255,11 @@ impl Phases<'_> {
                     // the message's slot in this half, sized by `slots`; nothing else uses that
                     // slot until the wave crossed (the other half holds the wave in flight).
                     unsafe {
-                        st.up
-                            .copy_raw(base + at, self.host_base(m) + m.offset + start, n)?;
+                        up_stream.copy_raw(base + at, self.host_base(m) + m.offset + start, n)?;
                     }
                 }
             }
-            st.up.record_event()
+            up_stream.record_event()
         };
         let mut copied_up = [None, None];
         let mut copied_down: [Option<Event>; 2] = [None, None];
@@ -255,8 +276,8 @@ impl Phases<'_> {
             if let Some(e) = copied_down[i].take() {
                 e.synchronize()?;
             }
-            let (_, out_host) = half(&st.out, w)?;
-            let (into_dev, into_host) = half(&st.into, w)?;
+            let out_host = half(out, w).host_ptr();
+            let (into_dev, into_host) = (half(into, w).device_ptr(), half(into, w).host_ptr());
             let mut ops: Vec<Op<'_>> = Vec::with_capacity(sends.len() + recvs.len());
             for (m, &at) in sends.iter().zip(out_at) {
                 if let Some((_, n)) = in_wave(m, piece, w) {
@@ -293,12 +314,15 @@ impl Phases<'_> {
                     // SAFETY: as for the outgoing copies, the other way: the piece's place in
                     // the message's memory, from its slot of this half.
                     unsafe {
-                        st.down
-                            .copy_raw(self.host_base(m) + m.offset + start, into_dev + at, n)?;
+                        down_stream.copy_raw(
+                            self.host_base(m) + m.offset + start,
+                            into_dev + at,
+                            n,
+                        )?;
                     }
                 }
             }
-            copied_down[i] = Some(st.down.record_event()?);
+            copied_down[i] = Some(down_stream.record_event()?);
         }
         Ok(())
     }
