@@ -138,8 +138,8 @@ pub const TUNABLES: &[Tunable] = &[
     },
     Tunable {
         name: "SYMCOMM_HOSTS_STAGING",
-        default: "direct (emulator)",
-        help: "pinned: the emulator moves data between hosts through mapped host memory, as a GPU",
+        default: "direct (where UCX reaches the memory)",
+        help: "pinned: data between hosts goes through mapped host memory; direct: UCX moves device memory",
         secret: false,
     },
     Tunable {

@@ -30,6 +30,7 @@ const UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE: u64 = 1 << 1;
 const UCP_EP_PARAM_FIELD_ERR_HANDLER: u64 = 1 << 2;
 const UCP_ERR_HANDLING_MODE_PEER: c_int = 1;
 const UCP_OP_ATTR_FIELD_FLAGS: u32 = 1 << 4;
+const UCP_OP_ATTR_FIELD_MEMORY_TYPE: u32 = 1 << 6;
 const UCP_OP_ATTR_FIELD_RECV_INFO: u32 = 1 << 7;
 const UCP_OP_ATTR_FLAG_NO_IMM_CMPL: u32 = 1 << 16;
 const UCP_EP_CLOSE_FLAG_FORCE: u32 = 1 << 0;
@@ -297,6 +298,19 @@ impl Api {
         Ok(context)
     }
 
+    /// Whether a live context moves CUDA device memory itself (`ucp_context_query`'s memory
+    /// types: UCX built with CUDA, and it found the driver).
+    fn cuda_memory(&self, context: Ptr) -> Result<bool> {
+        let mut attr: UcpContextAttr = zeroed();
+        attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+        // SAFETY: `context` is live; `attr` is a valid out-struct with its field mask set.
+        let s = unsafe { (self.context_query)(context, &mut attr) };
+        if s != UCS_OK {
+            return Err(self.unsupported("ucp_context_query", s));
+        }
+        Ok(attr.memory_types & (1 << UCS_MEMORY_TYPE_CUDA) != 0)
+    }
+
     /// `ucp_context_print_info` of a live context, as text.
     fn print_to_string(&self, context: Ptr) -> String {
         let (mut buf, mut len): (*mut c_char, usize) = (std::ptr::null_mut(), 0);
@@ -374,20 +388,14 @@ pub fn ucx_probe() -> Result<UcxInfo> {
 fn probe_library(lib: &str) -> Result<UcxInfo> {
     let api = Api::get(lib)?;
     let context = api.context()?;
-    let mut attr: UcpContextAttr = zeroed();
-    attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
-    // SAFETY: `context` is live; `attr` is a valid out-struct with its field mask set.
-    let s = unsafe { (api.context_query)(context, &mut attr) };
+    let cuda_memory = api.cuda_memory(context);
     let text = api.print_to_string(context);
     // SAFETY: the context is ours, live, and not used after this.
     unsafe { (api.cleanup)(context) };
-    if s != UCS_OK {
-        return Err(api.unsupported("ucp_context_query", s));
-    }
     Ok(UcxInfo {
         version: api.version(),
         transports: resources(&text),
-        cuda_memory: attr.memory_types & (1 << UCS_MEMORY_TYPE_CUDA) != 0,
+        cuda_memory: cuda_memory?,
     })
 }
 
@@ -403,6 +411,17 @@ fn resources(text: &str) -> Vec<String> {
             (!name.is_empty()).then(|| name.to_owned())
         })
         .collect()
+}
+
+/// Request parameters with `mask`, telling UCX the buffer is CUDA device memory when `device`.
+fn memory_param(mask: u32, device: bool) -> UcpRequestParam {
+    let mut param: UcpRequestParam = zeroed();
+    param.op_attr_mask = mask;
+    if device {
+        param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+        param.memory_type = UCS_MEMORY_TYPE_CUDA as c_int;
+    }
+    param
 }
 
 /// `UCS_PTR_IS_PTR`: a real request (not NULL, not an error code).
@@ -474,6 +493,52 @@ pub(crate) enum Op<'a> {
         tag: u64,
         data: &'a mut [u8],
     },
+    /// [`Op::Send`] from CUDA device memory (UCX reads it itself: [`Ucx::cuda_memory`]).
+    SendDevice {
+        peer: u32,
+        tag: u64,
+        data: DeviceBytes,
+    },
+    /// [`Op::Recv`] into CUDA device memory (UCX writes it itself: [`Ucx::cuda_memory`]).
+    RecvDevice {
+        peer: u32,
+        tag: u64,
+        data: DeviceBytes,
+    },
+}
+
+impl Op<'_> {
+    fn peer_tag(&self) -> (u32, u64) {
+        match *self {
+            Op::Send { peer, tag, .. }
+            | Op::Recv { peer, tag, .. }
+            | Op::SendDevice { peer, tag, .. }
+            | Op::RecvDevice { peer, tag, .. } => (peer, tag),
+        }
+    }
+
+    /// Whether UCX is handed device memory.
+    fn on_device(&self) -> bool {
+        matches!(self, Op::SendDevice { .. } | Op::RecvDevice { .. })
+    }
+}
+
+/// A range of CUDA device memory that an exchange reads ([`Op::SendDevice`]) or writes
+/// ([`Op::RecvDevice`]); UCX is told its memory type, so it needs no lookup.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DeviceBytes {
+    addr: u64,
+    len: usize,
+}
+
+impl DeviceBytes {
+    /// # Safety
+    /// `addr..addr + len` is device memory of this process's CUDA context that stays allocated
+    /// until the exchange it is handed to returns, and that nothing else writes (a send) or
+    /// touches (a receive) meanwhile — no kernel or copy in flight, no other op's range.
+    pub(crate) unsafe fn new(addr: u64, len: usize) -> DeviceBytes {
+        DeviceBytes { addr, len }
+    }
 }
 
 /// Sends posted by [`Ucx::post_send`] and not yet complete, with their data. Hand it to
@@ -502,6 +567,8 @@ pub(crate) struct Ucx {
     api: &'static Api,
     rank: u32,
     address: Vec<u8>,
+    /// Whether the context moves CUDA memory itself ([`Ucx::cuda_memory`]).
+    cuda_memory: bool,
     inner: Mutex<Inner>,
 }
 
@@ -525,6 +592,14 @@ impl Ucx {
         let api = Api::get(lib)?;
         let unsupported = |call: &str, s: Status| api.unsupported(call, s);
         let context = api.context()?;
+        let cuda_memory = match api.cuda_memory(context) {
+            Ok(c) => c,
+            Err(e) => {
+                // SAFETY: the context is live and owned by us.
+                unsafe { (api.cleanup)(context) };
+                return Err(e);
+            }
+        };
         let mut wparams: UcpWorkerParams = zeroed();
         wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
         wparams.thread_mode = UCS_THREAD_MODE_SERIALIZED;
@@ -553,11 +628,17 @@ impl Ucx {
             (api.worker_release_address)(worker, addr);
             v
         };
-        tracing::debug!(rank, address_len = address.len(), "UCX worker created");
+        tracing::debug!(
+            rank,
+            address_len = address.len(),
+            cuda_memory,
+            "UCX worker created"
+        );
         Ok(Ucx {
             api,
             rank,
             address,
+            cuda_memory,
             inner: Mutex::new(Inner {
                 context,
                 worker,
@@ -570,6 +651,14 @@ impl Ucx {
         // A panic while holding the lock cannot leave UCX requests behind (exchange releases
         // them before returning), so a poisoned lock is still usable.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether this UCX moves CUDA device memory itself: built with CUDA, and it found the
+    /// driver. Only then may an exchange carry [`Op::SendDevice`] / [`Op::RecvDevice`] (UCX
+    /// then picks its own path: GPUDirect RDMA where the NIC and driver allow it, else its own
+    /// staging).
+    pub(crate) fn cuda_memory(&self) -> bool {
+        self.cuda_memory
     }
 
     /// This worker's address (opaque bytes, sent to the other ranks by the caller).
@@ -650,11 +739,14 @@ impl Ucx {
         deadline: Instant,
         check: &mut dyn FnMut() -> Option<Error>,
     ) -> Result<()> {
+        if !self.cuda_memory && ops.iter().any(Op::on_device) {
+            return Err(Error::Unsupported(format!(
+                "UCX: {what}: device memory handed to a UCX that cannot move it (built without CUDA, or no driver found)"
+            )));
+        }
         let mut inner = self.lock();
         for op in ops.iter() {
-            let (peer, tag) = match op {
-                Op::Send { peer, tag, .. } | Op::Recv { peer, tag, .. } => (*peer, *tag),
-            };
+            let (peer, tag) = op.peer_tag();
             self.endpoint(&inner, peer, tag, what)?;
         }
         let start = Instant::now();
@@ -719,7 +811,15 @@ impl Ucx {
         let ep = self.endpoint(&inner, peer, tag, what)?;
         // SAFETY: `ep` is a live endpoint of our worker (lock held); `data`'s heap buffer stays
         // in the outbox (moving the Vec does not move it) until the request is released.
-        let p = unsafe { self.send(ep, peer, tag, &data, false) };
+        let p = unsafe {
+            self.send(
+                ep,
+                peer,
+                tag,
+                (data.as_ptr().cast(), data.len(), false),
+                false,
+            )
+        };
         if is_ptr(p.req) {
             out.sends.push((p, data));
             Ok(())
@@ -840,12 +940,22 @@ impl Ucx {
     /// communicator (and close its endpoints) right after its last collective without its
     /// peers losing the bytes they have not read yet.
     ///
+    /// `data`: address, length and whether it is CUDA device memory (told to UCX, which then
+    /// needs no lookup).
+    ///
     /// # Safety
-    /// `ep` is a live endpoint of our worker (the lock held), and `data` stays alive and
+    /// `ep` is a live endpoint of our worker (the lock held), and `data`'s bytes stay alive and
     /// unchanged until the returned request is released (or it completed at once: not a
-    /// pointer).
-    unsafe fn send(&self, ep: Ptr, peer: u32, tag: u64, data: &[u8], matched: bool) -> Pending {
-        let param: UcpRequestParam = zeroed();
+    /// pointer); device memory only when [`Ucx::cuda_memory`].
+    unsafe fn send(
+        &self,
+        ep: Ptr,
+        peer: u32,
+        tag: u64,
+        (addr, len, device): (*const c_void, usize, bool),
+        matched: bool,
+    ) -> Pending {
+        let param = memory_param(0, device);
         let ucx_tag = (tag << RANK_BITS) | u64::from(self.rank);
         let post = if matched {
             self.api.tag_send_sync_nbx
@@ -853,13 +963,13 @@ impl Ucx {
             self.api.tag_send_nbx
         };
         // SAFETY: the caller's contract.
-        let req = unsafe { post(ep, data.as_ptr().cast(), data.len(), ucx_tag, &param) };
+        let req = unsafe { post(ep, addr, len, ucx_tag, &param) };
         Pending {
             req,
             kind: Kind::Send,
             peer,
             tag,
-            len: data.len(),
+            len,
         }
     }
 
@@ -889,52 +999,67 @@ impl Ucx {
         pending: &mut Vec<Pending>,
     ) -> Result<()> {
         for op in ops.iter_mut() {
-            if let Op::Recv { peer, tag, data } = op {
-                let mut info = UcpTagRecvInfo::default();
-                let mut param: UcpRequestParam = zeroed();
-                // NO_IMM_CMPL: UCX 1.13 does not fill `recv_info` on immediate completion
-                // (observed length 0), so always get a request and read the length from it.
-                param.op_attr_mask = UCP_OP_ATTR_FIELD_RECV_INFO | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-                param.recv_info = (&mut info as *mut UcpTagRecvInfo).cast();
-                let ucx_tag = (*tag << RANK_BITS) | u64::from(*peer);
-                // SAFETY: the worker is live (lock held); `data` stays mutably borrowed until
-                // exchange returns and the request is released before that (see `abort`);
-                // `info` is only written during this call (immediate completion).
-                let req = unsafe {
-                    (self.api.tag_recv_nbx)(
-                        inner.worker,
-                        data.as_mut_ptr().cast(),
-                        data.len(),
-                        ucx_tag,
-                        u64::MAX,
-                        &param,
-                    )
-                };
-                let p = Pending {
-                    req,
-                    kind: Kind::Recv,
-                    peer: *peer,
-                    tag: *tag,
-                    len: data.len(),
-                };
-                if is_ptr(req) {
-                    pending.push(p);
-                } else {
-                    self.finish(&p, what, ptr_err(req).unwrap_or(UCS_OK), info.length)?;
+            let (peer, tag, addr, len, device) = match op {
+                Op::Recv { peer, tag, data } => {
+                    (*peer, *tag, data.as_mut_ptr().cast(), data.len(), false)
                 }
+                Op::RecvDevice { peer, tag, data } => {
+                    (*peer, *tag, data.addr as Ptr, data.len, true)
+                }
+                Op::Send { .. } | Op::SendDevice { .. } => continue,
+            };
+            let mut info = UcpTagRecvInfo::default();
+            // NO_IMM_CMPL: UCX 1.13 does not fill `recv_info` on immediate completion
+            // (observed length 0), so always get a request and read the length from it.
+            let mut param = memory_param(
+                UCP_OP_ATTR_FIELD_RECV_INFO | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+                device,
+            );
+            param.recv_info = (&mut info as *mut UcpTagRecvInfo).cast();
+            let ucx_tag = (tag << RANK_BITS) | u64::from(peer);
+            // SAFETY: the worker is live (lock held); the op's memory stays borrowed (a
+            // slice) or reserved (`DeviceBytes`' contract; device memory only when
+            // `cuda_memory`, checked by `exchange`) until exchange returns, and the request
+            // is released before that (see `abort`); `info` is only written during this
+            // call (immediate completion).
+            let req = unsafe {
+                (self.api.tag_recv_nbx)(inner.worker, addr, len, ucx_tag, u64::MAX, &param)
+            };
+            let p = Pending {
+                req,
+                kind: Kind::Recv,
+                peer,
+                tag,
+                len,
+            };
+            if is_ptr(req) {
+                pending.push(p);
+            } else {
+                self.finish(&p, what, ptr_err(req).unwrap_or(UCS_OK), info.length)?;
             }
         }
         for op in ops.iter() {
-            if let Op::Send { peer, tag, data } = op {
-                let ep = inner.peers.get(peer).map_or(std::ptr::null_mut(), |p| p.ep);
-                // SAFETY: `ep` is a live endpoint (checked before posting); `data` stays
-                // borrowed until exchange returns and the request is released before that.
-                let p = unsafe { self.send(ep, *peer, *tag, data, true) };
-                if is_ptr(p.req) {
-                    pending.push(p);
-                } else {
-                    self.finish(&p, what, ptr_err(p.req).unwrap_or(UCS_OK), data.len())?;
+            let (peer, tag, data) = match op {
+                Op::Send { peer, tag, data } => {
+                    (*peer, *tag, (data.as_ptr().cast(), data.len(), false))
                 }
+                Op::SendDevice { peer, tag, data } => {
+                    (*peer, *tag, (data.addr as *const c_void, data.len, true))
+                }
+                Op::Recv { .. } | Op::RecvDevice { .. } => continue,
+            };
+            let ep = inner
+                .peers
+                .get(&peer)
+                .map_or(std::ptr::null_mut(), |p| p.ep);
+            // SAFETY: `ep` is a live endpoint (checked before posting); the op's memory stays
+            // borrowed or reserved until exchange returns (as for the receives) and the request
+            // is released before that.
+            let p = unsafe { self.send(ep, peer, tag, data, true) };
+            if is_ptr(p.req) {
+                pending.push(p);
+            } else {
+                self.finish(&p, what, ptr_err(p.req).unwrap_or(UCS_OK), data.1)?;
             }
         }
         Ok(())
@@ -1295,6 +1420,73 @@ mod tests {
         assert!(matches!(e, Err(Error::InvalidArgument(_))), "{e:?}");
     }
 
+    /// Device memory is refused by a UCX that cannot move it, before anything is posted, and
+    /// the exchange that follows works; with CUDA memory UCX is told its type.
+    #[test]
+    fn device_memory_needs_a_cuda_capable_ucx() {
+        let v = mesh(2);
+        assert!(
+            !v[0].cuda_memory(),
+            "this test needs a UCX without CUDA support or without a driver (scripts/test's)"
+        );
+        // SAFETY: never handed to UCX: the exchange refuses device memory first.
+        let data = unsafe { DeviceBytes::new(0x1000, 8) };
+        for op in [
+            Op::SendDevice {
+                peer: 1,
+                tag: 3,
+                data,
+            },
+            Op::RecvDevice {
+                peer: 1,
+                tag: 3,
+                data,
+            },
+        ] {
+            let e = v[0].exchange(&mut [op], "dev", soon(), &mut || None);
+            assert!(
+                matches!(&e, Err(Error::Unsupported(m)) if m.contains("cannot move it")),
+                "{e:?}"
+            );
+        }
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut got = [0u8; 3];
+                v[1].exchange(
+                    &mut [Op::Recv {
+                        peer: 0,
+                        tag: 3,
+                        data: &mut got,
+                    }],
+                    "after",
+                    soon(),
+                    &mut || None,
+                )
+                .expect("recv after the refusal");
+                assert_eq!(&got, b"abc");
+            });
+            v[0].exchange(
+                &mut [Op::Send {
+                    peer: 1,
+                    tag: 3,
+                    data: b"abc",
+                }],
+                "after",
+                soon(),
+                &mut || None,
+            )
+            .expect("send after the refusal");
+        });
+        let host = memory_param(UCP_OP_ATTR_FIELD_RECV_INFO, false);
+        assert_eq!(host.op_attr_mask, UCP_OP_ATTR_FIELD_RECV_INFO);
+        let device = memory_param(UCP_OP_ATTR_FIELD_RECV_INFO, true);
+        assert_eq!(
+            device.op_attr_mask,
+            UCP_OP_ATTR_FIELD_RECV_INFO | UCP_OP_ATTR_FIELD_MEMORY_TYPE
+        );
+        assert_eq!(device.memory_type, UCS_MEMORY_TYPE_CUDA as c_int);
+    }
+
     #[test]
     fn unreceived_send_times_out_and_is_released() {
         let v = mesh(2);
@@ -1519,6 +1711,10 @@ mod tests {
                 UCP_ERR_HANDLING_MODE_PEER as usize,
             ),
             ("UCP_OP_ATTR_FIELD_FLAGS", UCP_OP_ATTR_FIELD_FLAGS as usize),
+            (
+                "UCP_OP_ATTR_FIELD_MEMORY_TYPE",
+                UCP_OP_ATTR_FIELD_MEMORY_TYPE as usize,
+            ),
             (
                 "UCP_OP_ATTR_FIELD_RECV_INFO",
                 UCP_OP_ATTR_FIELD_RECV_INFO as usize,

@@ -252,13 +252,32 @@ fn model_report() -> Value {
     })
 }
 
-/// How GPU data crosses hosts: what UCX could do with device memory, and what symcomm does.
-fn gpu_path(info: &UcxInfo) -> &'static str {
-    if info.cuda_memory {
-        "staged through pinned host memory, in pieces overlapping PCIe and network (this UCX can move CUDA memory directly; symcomm does not use that yet)"
-    } else {
-        "staged through pinned host memory, in pieces overlapping PCIe and network (this UCX was built without CUDA support)"
+/// How GPU data crosses hosts, from what UCX can do with device memory (`cuda_memory`) and
+/// whether `SYMCOMM_HOSTS_STAGING=pinned` asks for staging (`asked`): `direct` or `staged`, and
+/// the line `symcomm info` prints.
+fn gpu_path(cuda_memory: bool, asked: bool) -> (&'static str, String) {
+    let staged = |why: &str| {
+        (
+            "staged",
+            format!(
+                "staged through pinned host memory, in pieces overlapping PCIe and network ({why})"
+            ),
+        )
+    };
+    match (cuda_memory, asked) {
+        (true, false) => (
+            "direct",
+            "direct: UCX moves CUDA memory itself (GPUDirect RDMA where the NIC and driver allow it, else UCX's own staging)".to_owned(),
+        ),
+        (true, true) => staged("SYMCOMM_HOSTS_STAGING=pinned; this UCX could move CUDA memory itself"),
+        (false, _) => staged("this UCX was built without CUDA support, or found no driver"),
     }
+}
+
+/// Whether the environment asks for staging between hosts (`SYMCOMM_HOSTS_STAGING=pinned`; a
+/// value that does not parse asks for nothing: communicators refuse it).
+fn staging_asked() -> bool {
+    symcomm::CommOptions::from_env().is_ok_and(|o| o.hosts_staging)
 }
 
 /// What kernels reach on other hosts' ranks (the device API across hosts), two lines.
@@ -276,7 +295,11 @@ fn ucx_text(s: &mut String, ucx: &symcomm::Result<UcxInfo>) {
         Ok(info) => {
             let _ = writeln!(s, "  ucx        {}", info.version);
             let _ = writeln!(s, "  transports {}", info.transports.join(", "));
-            let _ = writeln!(s, "  GPU data   {}", gpu_path(info));
+            let _ = writeln!(
+                s,
+                "  GPU data   {}",
+                gpu_path(info.cuda_memory, staging_asked()).1
+            );
             let _ = writeln!(s, "  kernels    {KERNELS_ACROSS_HOSTS}");
         }
         Err(e) => {
@@ -295,7 +318,7 @@ fn ucx_json(ucx: &symcomm::Result<UcxInfo>) -> Value {
             "version": info.version,
             "transports": info.transports,
             "cuda_memory": info.cuda_memory,
-            "gpu_data": if info.cuda_memory { "staged (UCX CUDA-capable)" } else { "staged" },
+            "gpu_data": gpu_path(info.cuda_memory, staging_asked()).0,
             "kernels": {
                 "proxied": ["signal_set", "signal_add", "put_with_signal", "barrier"],
                 "within_host": ["put", "get", "device collectives"],
@@ -543,6 +566,15 @@ mod tests {
         assert!(s.contains("ucx        1.13.1"), "{s}");
         assert!(s.contains("transports tcp/lo, posix/memory"), "{s}");
         assert!(s.contains("built without CUDA"), "{s}");
+        assert_eq!(gpu_path(true, false).0, "direct");
+        assert!(gpu_path(true, false).1.contains("GPUDirect RDMA"));
+        assert_eq!(gpu_path(true, true).0, "staged");
+        assert!(
+            gpu_path(true, true)
+                .1
+                .contains("SYMCOMM_HOSTS_STAGING=pinned")
+        );
+        assert_eq!(gpu_path(false, false).0, "staged");
         assert!(
             s.contains("kernels    signal_set, signal_add, put_with_signal"),
             "{s}"

@@ -36,7 +36,8 @@
 //! pipelined in chunks of [`CommOptions::hosts_chunk_bytes`](crate::CommOptions::hosts_chunk_bytes):
 //! the next chunk's first phase runs on the worker's stream while the worker moves the current
 //! chunk's bytes between hosts, and the current chunk's last phase while it moves the next one's.
-//! How a message crosses (in pieces; on a GPU staged through pinned host memory): `wire.rs`.
+//! How a message crosses (in pieces; handed to UCX in place, or staged through pinned host
+//! memory): `wire.rs`.
 
 mod wire;
 mod worker;
@@ -97,8 +98,9 @@ pub(super) struct Hosts {
     gates: Arc<worker::Gates>,
     /// The first call that failed: every later call and `check_error` report it.
     failed: OnceLock<Error>,
-    /// Whether messages cross through staging memory (`wire.rs`): on a GPU, and on the
-    /// emulator with [`CommOptions::hosts_staging`](crate::CommOptions::hosts_staging).
+    /// Whether messages cross through staging memory (`wire.rs`, [`wire::stages`]): on a GPU
+    /// whose UCX cannot move CUDA memory, and wherever
+    /// [`CommOptions::hosts_staging`](crate::CommOptions::hosts_staging) asks for it.
     staged: bool,
     staging: Mutex<Option<wire::Staging>>,
 }
@@ -446,6 +448,17 @@ impl Hosts {
             hosts[mine],
             ucx.describe()
         );
+        let staged = wire::stages(
+            comm.backend().is_emu(),
+            ucx.cuda_memory(),
+            comm.options().hosts_staging,
+        );
+        tracing::info!(
+            target: "symcomm::hosts",
+            "rank {}: data between hosts {}",
+            comm.rank,
+            if staged { "staged through mapped host memory" } else { "handed to UCX in place" }
+        );
         Ok(Hosts {
             local,
             ucx,
@@ -465,7 +478,7 @@ impl Hosts {
             worker: worker::Worker::start(comm)?,
             gates: Arc::new(worker::Gates::new(comm.backend())?),
             failed: OnceLock::new(),
-            staged: !comm.backend().is_emu() || comm.options().hosts_staging,
+            staged,
             staging: Mutex::new(None),
         })
     }

@@ -117,12 +117,13 @@ pub struct CommOptions {
     /// previous chunk's exchange between hosts. Must be the same on every rank (the first
     /// collective across hosts refuses ranks that differ).
     pub hosts_chunk_bytes: u64,
-    /// On the emulator, move data between hosts through mapped host memory in pieces, copied on
-    /// streams of their own while the previous piece crosses, as on a GPU
-    /// (`SYMCOMM_HOSTS_STAGING=pinned`), instead of handing UCX the emulator's device memory,
-    /// which is host memory (`direct`, the default there): to test and measure the GPU's path
-    /// on a CPU. A GPU always stages (its memory goes to UCX only through host memory). Each
-    /// rank chooses alone: the bytes between hosts are the same either way.
+    /// Move data between hosts through mapped host memory in pieces, copied on streams of
+    /// their own while the previous piece crosses (`SYMCOMM_HOSTS_STAGING=pinned`), instead of
+    /// handing UCX the device memory itself (`direct`, the default). Direct needs a UCX that
+    /// can reach the memory: the emulator's is host memory, and a GPU's needs a UCX built with
+    /// CUDA (GPUDirect RDMA where the NIC and driver allow it); a GPU whose UCX lacks CUDA
+    /// stages whatever this says. On the emulator, `pinned` tests and measures that path on a
+    /// CPU. Each rank chooses alone: the bytes between hosts are the same either way.
     pub hosts_staging: bool,
 }
 

@@ -22,8 +22,12 @@ pub(crate) fn hosts_checks(report: &mut Report, device: symcomm::Device) {
         hosts_graph_all_reduce_check(device),
     );
     report.record(
+        "hosts_send_recv_direct",
+        hosts_send_recv_check(device, false),
+    );
+    report.record(
         "hosts_send_recv_staged",
-        hosts_send_recv_staged_check(device),
+        hosts_send_recv_check(device, true),
     );
 }
 
@@ -37,20 +41,28 @@ fn on_hosts<T: Send>(
 
 /// Send/recv rings across the two hosts, every rank sending 1 and 64 MiB of u32 (4 MiB on the
 /// emulator, whose staging copies are CPU copies) to the next rank (on the other host) and
-/// receiving from the previous one: the bytes between hosts staged through pinned host memory in
-/// waves (on the emulator too, as on a GPU), bit-exact. Figures: GB/s each way per rank (UCX
-/// between the two simulated hosts of one machine: shared memory), the staging's throughput
-/// against what PCIe allows.
-fn hosts_send_recv_staged_check(device: symcomm::Device) -> Outcome {
-    let sizes_mib: [usize; 2] = if matches!(device, symcomm::Device::Emu) {
-        [1, 4]
-    } else {
-        [1, 64]
-    };
+/// receiving from the previous one, bit-exact. `staged`: the bytes between hosts staged through
+/// pinned host memory in waves (on the emulator too, as on a GPU); else direct: UCX moves the
+/// device memory itself, which on a GPU needs a UCX built with CUDA (the bundle's is: without
+/// CUDA support found, the check fails rather than measure staging under the wrong name).
+/// Figures: GB/s each way per rank (UCX between the two simulated hosts of one machine: shared
+/// memory, CUDA IPC or copies, as UCX picks).
+fn hosts_send_recv_check(device: symcomm::Device, staged: bool) -> Outcome {
+    let on_gpu = !matches!(device, symcomm::Device::Emu);
+    if on_gpu && !staged {
+        let ucx = symcomm::ucx_probe().map_err(err)?;
+        if !ucx.cuda_memory {
+            return Err(format!(
+                "UCX {} reports no CUDA memory support here (the bundle's is built with CUDA;                  is its libuct_cuda loadable?): data between hosts would be staged",
+                ucx.version
+            ));
+        }
+    }
+    let sizes_mib: [usize; 2] = if on_gpu { [1, 64] } else { [1, 4] };
     const CALLS: u32 = 5;
     let options = symcomm::CommOptions::default()
         .with_device_timeout(TIMEOUT)
-        .with_hosts_staging(true);
+        .with_hosts_staging(staged);
     let per_rank = support::try_with_ranks_on_hosts(device, &HOSTS, &options, |comm| {
         let (me, n) = (comm.rank(), comm.nranks());
         let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
@@ -93,11 +105,19 @@ fn hosts_send_recv_staged_check(device: symcomm::Device) -> Outcome {
     let gbs = &per_rank[0].1;
     Ok((
         format!(
-            "4 ranks on 2 hosts, staged through pinned memory: {:.2} GB/s at {} MiB, {:.2} GB/s \
-             at {} MiB each way per rank; #wrong 0",
-            gbs[0], sizes_mib[0], gbs[1], sizes_mib[1]
+            "4 ranks on 2 hosts, {}: {:.2} GB/s at {} MiB, {:.2} GB/s at {} MiB each way per \
+             rank; #wrong 0",
+            if staged {
+                "staged through pinned memory"
+            } else {
+                "direct (UCX moves the device memory)"
+            },
+            gbs[0],
+            sizes_mib[0],
+            gbs[1],
+            sizes_mib[1]
         ),
-        json!({"mib": sizes_mib, "gb_per_s": gbs}),
+        json!({"mib": sizes_mib, "gb_per_s": gbs, "staged": staged}),
     ))
 }
 

@@ -39,12 +39,13 @@
 //!   and, as references, a device-to-device copy of 256 MB (`cuMemcpyDtoDAsync`) and the
 //!   library's own copy loop (a 1-rank broadcast).
 //!
-//! - `hosts_put_ring`, `hosts_all_reduce`, `hosts_graph_all_reduce`, `hosts_send_recv_staged`
-//!   (also with `--emu`): 4 ranks as threads on two simulated hosts (UCX over loopback between
-//!   them; the bundle carries libucp): the put ring through the proxy, a host all-reduce across
-//!   the hosts, one captured in a CUDA graph and replayed (the worker's host function and stream
-//!   wait), and send/recv rings of 1 and 64 MiB staged through pinned host memory in waves (GB/s
-//!   each way), bit-exact (tests/gpu/hosts.rs).
+//! - `hosts_put_ring`, `hosts_all_reduce`, `hosts_graph_all_reduce`, `hosts_send_recv_direct`,
+//!   `hosts_send_recv_staged` (also with `--emu`): 4 ranks as threads on two simulated hosts
+//!   (UCX between them; the bundle carries a UCX built with CUDA): the put ring through the
+//!   proxy, a host all-reduce across the hosts, one captured in a CUDA graph and replayed (the
+//!   worker's host function and stream wait), and send/recv rings of 1 and 64 MiB with UCX
+//!   moving the device memory itself (GPUDirect where it can) and staged through pinned host
+//!   memory in waves (GB/s each way), bit-exact (tests/gpu/hosts.rs).
 //!
 //! - `one_hardware_queue_threads_4` (also with `--emu`): this executable again, as a child
 //!   process with `CUDA_DEVICE_MAX_CONNECTIONS=1`: 4 ranks as threads whose streams all share

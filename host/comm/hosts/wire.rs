@@ -6,9 +6,12 @@
 //! same way (the piece size follows the chunk size, which the ranks agreed on), so how a rank
 //! moves its pieces is its own choice:
 //!
-//! - **direct** (the emulator, by default): UCX reads and writes the messages' memory in place —
-//!   the emulator's device memory is host memory — every piece posted at once;
-//! - **staged** (a GPU; the emulator with [`CommOptions::hosts_staging`]): the pieces go through
+//! - **direct** (the default where UCX can reach the memory: the emulator, whose device memory
+//!   is host memory, and a GPU whose UCX moves CUDA memory — GPUDirect RDMA where the NIC and
+//!   driver allow it, else UCX's own staging): UCX reads and writes the messages' memory in
+//!   place, every piece posted at once;
+//! - **staged** (a GPU whose UCX was built without CUDA; anywhere with
+//!   [`CommOptions::hosts_staging`]): the pieces go through
 //!   mapped host memory ([`Staging`]) in waves. Wave `w` holds piece `w` of every message that
 //!   has one, in one half of the staging memory: while its pieces cross (one UCX exchange), a
 //!   stream of its own copies wave `w + 1`'s outgoing pieces from the device into the other
@@ -25,7 +28,7 @@ use std::time::Instant;
 use super::{CALLERS, Hosts, Msg, Phases, lock};
 use crate::backend::{Backend, MappedHost};
 use crate::stream::{Event, Stream};
-use crate::ucx::Op;
+use crate::ucx::{DeviceBytes, Op};
 use crate::{Error, Result};
 
 /// Alignment of a message's slot in the staging memory.
@@ -39,6 +42,15 @@ const MAX_PIECE: u64 = 4 << 20;
 /// a GPU yet: each wave also costs a round trip (its sends complete when received).
 pub(super) fn piece_bytes(chunk_bytes: u64) -> u64 {
     (chunk_bytes / 8 / SLOT_ALIGN * SLOT_ALIGN).clamp(SLOT_ALIGN, MAX_PIECE)
+}
+
+/// Whether a rank stages its messages between hosts ([`Staging`]) rather than handing UCX their
+/// memory: when asked to (`asked`: [`CommOptions::hosts_staging`]), or when the memory is a
+/// GPU's (not the `emulator`'s) and UCX cannot move CUDA memory (`ucx_moves_cuda`).
+///
+/// [`CommOptions::hosts_staging`]: crate::CommOptions::hosts_staging
+pub(super) fn stages(emulator: bool, ucx_moves_cuda: bool, asked: bool) -> bool {
+    asked || (!emulator && !ucx_moves_cuda)
 }
 
 /// The staging memory of one rank's calls across hosts and the streams that copy through it,
@@ -154,11 +166,14 @@ impl Phases<'_> {
             .exchange(ops, self.what, deadline, &mut check)
     }
 
-    /// Every piece at once, in the messages' own memory (host memory: the emulator's).
+    /// Every piece at once, in the messages' own memory: the emulator's (host memory), or a
+    /// GPU's when UCX moves CUDA memory ([`stages`]).
     fn exchange_direct(&self, sends: &[Msg], recvs: &[Msg]) -> Result<()> {
-        debug_assert!(self.comm.backend().is_emu());
         let piece = self.hosts.piece();
         let deadline = Instant::now() + self.comm.op_timeout;
+        if !self.comm.backend().is_emu() {
+            return self.exchange_device(sends, recvs, piece, deadline);
+        }
         let mut ops: Vec<Op<'_>> = Vec::new();
         for m in sends {
             // SAFETY: emulator memory: scratch of this call (the callers sized it for the
@@ -185,6 +200,38 @@ impl Phases<'_> {
                     peer: m.peer,
                     tag: m.tag,
                     data,
+                });
+            }
+        }
+        self.cross(&mut ops, deadline)
+    }
+
+    /// [`Self::exchange_direct`] on a GPU: UCX reads and writes the device memory itself.
+    fn exchange_device(
+        &self,
+        sends: &[Msg],
+        recvs: &[Msg],
+        piece: u64,
+        deadline: Instant,
+    ) -> Result<()> {
+        let mut ops: Vec<Op<'_>> = Vec::new();
+        for (m, send) in sends
+            .iter()
+            .map(|m| (m, true))
+            .chain(recvs.iter().map(|m| (m, false)))
+        {
+            for (start, n) in pieces(m, piece) {
+                // SAFETY: device memory of this call's scratch or the caller's validated buffer
+                // (as for every message), allocated until the call returns; no device work uses
+                // it (the stream was synchronized above; other streams' use of the caller's
+                // memory is the caller's contract); receive ranges overlap no other message's
+                // (as in direct mode on the emulator).
+                let data = unsafe { DeviceBytes::new(self.base(m) + m.offset + start, n as usize) };
+                let (peer, tag) = (m.peer, m.tag);
+                ops.push(if send {
+                    Op::SendDevice { peer, tag, data }
+                } else {
+                    Op::RecvDevice { peer, tag, data }
                 });
             }
         }
@@ -255,7 +302,7 @@ impl Phases<'_> {
                     // the message's slot in this half, sized by `slots`; nothing else uses that
                     // slot until the wave crossed (the other half holds the wave in flight).
                     unsafe {
-                        up_stream.copy_raw(base + at, self.host_base(m) + m.offset + start, n)?;
+                        up_stream.copy_raw(base + at, self.base(m) + m.offset + start, n)?;
                     }
                 }
             }
@@ -314,11 +361,7 @@ impl Phases<'_> {
                     // SAFETY: as for the outgoing copies, the other way: the piece's place in
                     // the message's memory, from its slot of this half.
                     unsafe {
-                        down_stream.copy_raw(
-                            self.host_base(m) + m.offset + start,
-                            into_dev + at,
-                            n,
-                        )?;
+                        down_stream.copy_raw(self.base(m) + m.offset + start, into_dev + at, n)?;
                     }
                 }
             }
@@ -328,7 +371,7 @@ impl Phases<'_> {
     }
 
     /// The address `m.offset` is relative to: its scratch buffer's, or 0 for the caller's memory.
-    fn host_base(&self, m: &Msg) -> u64 {
+    fn base(&self, m: &Msg) -> u64 {
         if m.buf == CALLERS {
             return 0;
         }
@@ -341,7 +384,7 @@ impl Phases<'_> {
     /// Emulator memory (scratch, or the caller's with [`CALLERS`]); `m` within it; no device
     /// work on it while the slice lives.
     unsafe fn host_slice(&self, m: &Msg) -> &[u8] {
-        let base = self.host_base(m);
+        let base = self.base(m);
         // SAFETY: the caller's contract.
         unsafe { std::slice::from_raw_parts((base + m.offset) as *const u8, m.bytes as usize) }
     }
@@ -350,7 +393,7 @@ impl Phases<'_> {
     /// As [`Self::host_slice`], and no other live slice overlaps `m`.
     #[allow(clippy::mut_from_ref)]
     unsafe fn host_slice_mut(&self, m: &Msg) -> &mut [u8] {
-        let base = self.host_base(m);
+        let base = self.base(m);
         // SAFETY: the caller's contract.
         unsafe { std::slice::from_raw_parts_mut((base + m.offset) as *mut u8, m.bytes as usize) }
     }
@@ -367,6 +410,27 @@ mod tests {
             buf: 0,
             offset: 0,
             bytes,
+        }
+    }
+
+    #[test]
+    fn gpus_stage_only_when_ucx_cannot_move_their_memory_or_when_asked() {
+        // (emulator, UCX moves CUDA memory, asked) -> stages
+        let table = [
+            ((true, false, false), false),
+            ((true, true, false), false),
+            ((true, false, true), true),
+            ((false, false, false), true),
+            ((false, true, false), false),
+            ((false, true, true), true),
+            ((false, false, true), true),
+        ];
+        for ((emulator, cuda, asked), want) in table {
+            assert_eq!(
+                stages(emulator, cuda, asked),
+                want,
+                "{emulator} {cuda} {asked}"
+            );
         }
     }
 
