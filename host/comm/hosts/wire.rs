@@ -206,7 +206,8 @@ impl Phases<'_> {
         self.cross(&mut ops, deadline)
     }
 
-    /// [`Self::exchange_direct`] on a GPU: UCX reads and writes the device memory itself.
+    /// [`Self::exchange_direct`] on a GPU: UCX reads and writes the device memory itself, in the
+    /// context current on this thread (the stream's, bound by the synchronize in `exchange`).
     fn exchange_device(
         &self,
         sends: &[Msg],
