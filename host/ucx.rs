@@ -493,13 +493,13 @@ pub(crate) enum Op<'a> {
         tag: u64,
         data: &'a mut [u8],
     },
-    /// [`Op::Send`] from CUDA device memory (UCX reads it itself: [`Ucx::cuda_memory`]).
+    /// [`Op::Send`] from a device's memory, by address (UCX reads it itself).
     SendDevice {
         peer: u32,
         tag: u64,
         data: DeviceBytes,
     },
-    /// [`Op::Recv`] into CUDA device memory (UCX writes it itself: [`Ucx::cuda_memory`]).
+    /// [`Op::Recv`] into a device's memory, by address (UCX writes it itself).
     RecvDevice {
         peer: u32,
         tag: u64,
@@ -517,27 +517,33 @@ impl Op<'_> {
         }
     }
 
-    /// Whether UCX is handed device memory.
-    fn on_device(&self) -> bool {
-        matches!(self, Op::SendDevice { .. } | Op::RecvDevice { .. })
+    /// Whether UCX is handed CUDA memory.
+    fn on_cuda(&self) -> bool {
+        match self {
+            Op::SendDevice { data, .. } | Op::RecvDevice { data, .. } => data.cuda,
+            Op::Send { .. } | Op::Recv { .. } => false,
+        }
     }
 }
 
-/// A range of CUDA device memory that an exchange reads ([`Op::SendDevice`]) or writes
-/// ([`Op::RecvDevice`]); UCX is told its memory type, so it needs no lookup.
+/// A range of a device's memory that an exchange reads ([`Op::SendDevice`]) or writes
+/// ([`Op::RecvDevice`]): the emulator's (host memory) or a GPU's (CUDA memory, which needs
+/// [`Ucx::cuda_memory`]; UCX is told its memory type, so it needs no lookup).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct DeviceBytes {
     addr: u64,
     len: usize,
+    cuda: bool,
 }
 
 impl DeviceBytes {
     /// # Safety
-    /// `addr..addr + len` is device memory of this process's CUDA context that stays allocated
-    /// until the exchange it is handed to returns, and that nothing else writes (a send) or
-    /// touches (a receive) meanwhile — no kernel or copy in flight, no other op's range.
-    pub(crate) unsafe fn new(addr: u64, len: usize) -> DeviceBytes {
-        DeviceBytes { addr, len }
+    /// `addr..addr + len` is memory of this process — CUDA device memory of its context when
+    /// `cuda`, else host memory — that stays allocated until the exchange it is handed to
+    /// returns, and that nothing else writes (a send) or touches (a receive) meanwhile: no
+    /// kernel or copy in flight, no other op's range.
+    pub(crate) unsafe fn new(addr: u64, len: usize, cuda: bool) -> DeviceBytes {
+        DeviceBytes { addr, len, cuda }
     }
 }
 
@@ -739,7 +745,7 @@ impl Ucx {
         deadline: Instant,
         check: &mut dyn FnMut() -> Option<Error>,
     ) -> Result<()> {
-        if !self.cuda_memory && ops.iter().any(Op::on_device) {
+        if !self.cuda_memory && ops.iter().any(Op::on_cuda) {
             return Err(Error::Unsupported(format!(
                 "UCX: {what}: device memory handed to a UCX that cannot move it (built without CUDA, or no driver found)"
             )));
@@ -1004,7 +1010,7 @@ impl Ucx {
                     (*peer, *tag, data.as_mut_ptr().cast(), data.len(), false)
                 }
                 Op::RecvDevice { peer, tag, data } => {
-                    (*peer, *tag, data.addr as Ptr, data.len, true)
+                    (*peer, *tag, data.addr as Ptr, data.len, data.cuda)
                 }
                 Op::Send { .. } | Op::SendDevice { .. } => continue,
             };
@@ -1043,9 +1049,11 @@ impl Ucx {
                 Op::Send { peer, tag, data } => {
                     (*peer, *tag, (data.as_ptr().cast(), data.len(), false))
                 }
-                Op::SendDevice { peer, tag, data } => {
-                    (*peer, *tag, (data.addr as *const c_void, data.len, true))
-                }
+                Op::SendDevice { peer, tag, data } => (
+                    *peer,
+                    *tag,
+                    (data.addr as *const c_void, data.len, data.cuda),
+                ),
                 Op::Recv { .. } | Op::RecvDevice { .. } => continue,
             };
             let ep = inner
@@ -1429,8 +1437,8 @@ mod tests {
             !v[0].cuda_memory(),
             "this test needs a UCX without CUDA support or without a driver (scripts/test's)"
         );
-        // SAFETY: never handed to UCX: the exchange refuses device memory first.
-        let data = unsafe { DeviceBytes::new(0x1000, 8) };
+        // SAFETY: never handed to UCX: the exchange refuses CUDA memory first.
+        let data = unsafe { DeviceBytes::new(0x1000, 8, true) };
         for op in [
             Op::SendDevice {
                 peer: 1,

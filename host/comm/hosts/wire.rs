@@ -167,54 +167,12 @@ impl Phases<'_> {
     }
 
     /// Every piece at once, in the messages' own memory: the emulator's (host memory), or a
-    /// GPU's when UCX moves CUDA memory ([`stages`]).
+    /// GPU's when UCX moves CUDA memory ([`stages`]), in the context current on this thread
+    /// (the stream's, bound by the synchronize in `exchange`).
     fn exchange_direct(&self, sends: &[Msg], recvs: &[Msg]) -> Result<()> {
         let piece = self.hosts.piece();
         let deadline = Instant::now() + self.comm.op_timeout;
-        if !self.comm.backend().is_emu() {
-            return self.exchange_device(sends, recvs, piece, deadline);
-        }
-        let mut ops: Vec<Op<'_>> = Vec::new();
-        for m in sends {
-            // SAFETY: emulator memory: scratch of this call (the callers sized it for the
-            // message) or the caller's validated memory ([`CALLERS`]: send/recv, which waits for
-            // the exchange before returning); no device work touches it: the stream was
-            // synchronized above and the previous call's work had finished (other streams' use
-            // of the caller's memory is the caller's contract, as for every collective).
-            let data = unsafe { self.host_slice(m) };
-            ops.extend(pieces(m, piece).map(|(start, n)| Op::Send {
-                peer: m.peer,
-                tag: m.tag,
-                data: &data[start as usize..(start + n) as usize],
-            }));
-        }
-        for m in recvs {
-            // SAFETY: as for the sends; the receive ranges overlap no other message's range
-            // (the callers give each message its own block of scratch memory, and send/recv
-            // takes the caller's memory only where no other message's range overlaps it).
-            let mut rest = unsafe { self.host_slice_mut(m) };
-            for (_, n) in pieces(m, piece) {
-                let (data, tail) = rest.split_at_mut(n as usize);
-                rest = tail;
-                ops.push(Op::Recv {
-                    peer: m.peer,
-                    tag: m.tag,
-                    data,
-                });
-            }
-        }
-        self.cross(&mut ops, deadline)
-    }
-
-    /// [`Self::exchange_direct`] on a GPU: UCX reads and writes the device memory itself, in the
-    /// context current on this thread (the stream's, bound by the synchronize in `exchange`).
-    fn exchange_device(
-        &self,
-        sends: &[Msg],
-        recvs: &[Msg],
-        piece: u64,
-        deadline: Instant,
-    ) -> Result<()> {
+        let cuda = !self.comm.backend().is_emu();
         let mut ops: Vec<Op<'_>> = Vec::new();
         for (m, send) in sends
             .iter()
@@ -222,12 +180,17 @@ impl Phases<'_> {
             .chain(recvs.iter().map(|m| (m, false)))
         {
             for (start, n) in pieces(m, piece) {
-                // SAFETY: device memory of this call's scratch or the caller's validated buffer
-                // (as for every message), allocated until the call returns; no device work uses
-                // it (the stream was synchronized above; other streams' use of the caller's
-                // memory is the caller's contract); receive ranges overlap no other message's
-                // (as in direct mode on the emulator).
-                let data = unsafe { DeviceBytes::new(self.base(m) + m.offset + start, n as usize) };
+                // SAFETY: the device's memory (the emulator's is host memory): scratch of this
+                // call (the callers sized it for the message) or the caller's validated memory
+                // ([`CALLERS`]: send/recv, which waits for the exchange before returning),
+                // allocated until the call returns; no device work touches it: the stream was
+                // synchronized above and the previous call's work had finished (other streams'
+                // use of the caller's memory is the caller's contract, as for every
+                // collective); a receive's range overlaps no other message's (the callers give
+                // each message its own block of scratch memory, and send/recv takes the
+                // caller's memory only where no other message's range overlaps it).
+                let data =
+                    unsafe { DeviceBytes::new(self.base(m) + m.offset + start, n as usize, cuda) };
                 let (peer, tag) = (m.peer, m.tag);
                 ops.push(if send {
                     Op::SendDevice { peer, tag, data }
@@ -379,24 +342,6 @@ impl Phases<'_> {
         let base = self.scratch_addr(m.buf);
         debug_assert!(base != 0);
         base
-    }
-
-    /// # Safety
-    /// Emulator memory (scratch, or the caller's with [`CALLERS`]); `m` within it; no device
-    /// work on it while the slice lives.
-    unsafe fn host_slice(&self, m: &Msg) -> &[u8] {
-        let base = self.base(m);
-        // SAFETY: the caller's contract.
-        unsafe { std::slice::from_raw_parts((base + m.offset) as *const u8, m.bytes as usize) }
-    }
-
-    /// # Safety
-    /// As [`Self::host_slice`], and no other live slice overlaps `m`.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn host_slice_mut(&self, m: &Msg) -> &mut [u8] {
-        let base = self.base(m);
-        // SAFETY: the caller's contract.
-        unsafe { std::slice::from_raw_parts_mut((base + m.offset) as *mut u8, m.bytes as usize) }
     }
 }
 
