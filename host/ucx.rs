@@ -547,6 +547,82 @@ impl DeviceBytes {
     }
 }
 
+/// The requests of one [`Ucx::post`], in flight until [`Flight::wait`] completed them. Dropped
+/// before that (a failure elsewhere), it cancels and releases them first: it never lets go
+/// while UCX may still touch the ops' memory.
+pub(crate) struct Flight<'u> {
+    ucx: &'u Ucx,
+    pending: Vec<Pending>,
+}
+
+impl Flight<'_> {
+    /// Progresses the worker until every request of the flight completed: the second half of
+    /// [`Ucx::exchange`], with its outcomes, bound (`deadline`) and `check`. Requests of other
+    /// flights progress meanwhile but are left to their own wait.
+    pub(crate) fn wait(
+        mut self,
+        what: &str,
+        deadline: Instant,
+        check: &mut dyn FnMut() -> Option<Error>,
+    ) -> Result<()> {
+        let ucx = self.ucx;
+        let mut inner = ucx.lock();
+        let pending = &mut self.pending;
+        let start = Instant::now();
+        let mut result = Ok(());
+        let mut last_check = start;
+        while result.is_ok() && !pending.is_empty() {
+            // SAFETY: the worker is live and we hold the lock.
+            let progressed = unsafe { (ucx.api.worker_progress)(inner.worker) };
+            let mut i = 0;
+            while i < pending.len() && result.is_ok() {
+                match ucx.test(&pending[i], what) {
+                    None => i += 1,
+                    Some(r) => {
+                        pending.swap_remove(i);
+                        result = r;
+                    }
+                }
+            }
+            if result.is_err() || pending.is_empty() {
+                break;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let timeout_ms =
+                    u64::try_from(now.duration_since(start).as_millis()).unwrap_or(u64::MAX);
+                result = Err(Error::HostTimeout {
+                    rank: ucx.rank,
+                    what: what.to_owned(),
+                    timeout_ms,
+                });
+            } else if now.duration_since(last_check) >= Duration::from_millis(1) {
+                last_check = now;
+                result = pending
+                    .iter()
+                    .filter_map(|p| inner.peers.get(&p.peer).map(|peer| (p.peer, peer)))
+                    .try_for_each(|(rank, peer)| ucx.peer_health(what, rank, peer));
+                result = result.and_then(|()| check().map_or(Ok(()), Err));
+            } else if progressed == 0 {
+                std::thread::yield_now();
+            }
+        }
+        if !pending.is_empty() {
+            ucx.abort(&mut inner, pending);
+        }
+        result
+    }
+}
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        if !self.pending.is_empty() {
+            let mut inner = self.ucx.lock();
+            self.ucx.abort(&mut inner, &mut self.pending);
+        }
+    }
+}
+
 /// Sends posted by [`Ucx::post_send`] and not yet complete, with their data. Hand it to
 /// [`Ucx::drain`] before dropping it while sends are in flight.
 #[derive(Default)]
@@ -745,60 +821,38 @@ impl Ucx {
         deadline: Instant,
         check: &mut dyn FnMut() -> Option<Error>,
     ) -> Result<()> {
+        // SAFETY: the flight is waited for before `ops`' borrows end, and not leaked.
+        let flight = unsafe { self.post(ops, what) }?;
+        flight.wait(what, deadline, check)
+    }
+
+    /// The first half of [`Ucx::exchange`]: posts every op (receives first) and returns them in
+    /// flight, for [`Flight::wait`] — so that a rank can post its next ops before the previous
+    /// ones completed (messages of one tag from one sender match in the order posted).
+    ///
+    /// # Safety
+    /// The ops' memory stays valid, and untouched by anything else (written, for a send;
+    /// touched at all, for a receive), until the flight has been waited for or dropped; the
+    /// flight is not leaked (`mem::forget`), since only its end releases UCX's requests.
+    pub(crate) unsafe fn post(&self, ops: &mut [Op<'_>], what: &str) -> Result<Flight<'_>> {
         if !self.cuda_memory && ops.iter().any(Op::on_cuda) {
             return Err(Error::Unsupported(format!(
                 "UCX: {what}: device memory handed to a UCX that cannot move it (built without CUDA, or no driver found)"
             )));
         }
-        let mut inner = self.lock();
-        for op in ops.iter() {
+        let mut flight = Flight {
+            ucx: self,
+            pending: Vec::with_capacity(ops.len()),
+        };
+        let inner = self.lock();
+        let posted = ops.iter().try_for_each(|op| {
             let (peer, tag) = op.peer_tag();
-            self.endpoint(&inner, peer, tag, what)?;
-        }
-        let start = Instant::now();
-        let mut pending: Vec<Pending> = Vec::with_capacity(ops.len());
-        let mut result = self.post(&inner, ops, what, &mut pending);
-        let mut last_check = start;
-        while result.is_ok() {
-            // SAFETY: the worker is live and we hold the lock.
-            let progressed = unsafe { (self.api.worker_progress)(inner.worker) };
-            let mut i = 0;
-            while i < pending.len() && result.is_ok() {
-                match self.test(&pending[i], what) {
-                    None => i += 1,
-                    Some(r) => {
-                        pending.swap_remove(i);
-                        result = r;
-                    }
-                }
-            }
-            if result.is_err() || pending.is_empty() {
-                break;
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                let timeout_ms =
-                    u64::try_from(now.duration_since(start).as_millis()).unwrap_or(u64::MAX);
-                result = Err(Error::HostTimeout {
-                    rank: self.rank,
-                    what: what.to_owned(),
-                    timeout_ms,
-                });
-            } else if now.duration_since(last_check) >= Duration::from_millis(1) {
-                last_check = now;
-                result = pending
-                    .iter()
-                    .filter_map(|p| inner.peers.get(&p.peer).map(|peer| (p.peer, peer)))
-                    .try_for_each(|(rank, peer)| self.peer_health(what, rank, peer));
-                result = result.and_then(|()| check().map_or(Ok(()), Err));
-            } else if progressed == 0 {
-                std::thread::yield_now();
-            }
-        }
-        if !pending.is_empty() {
-            self.abort(&mut inner, &mut pending);
-        }
-        result
+            self.endpoint(&inner, peer, tag, what).map(|_| ())
+        });
+        let posted = posted.and_then(|()| self.post_ops(&inner, ops, what, &mut flight.pending));
+        // The lock is released before an unfinished flight drops (its drop takes it).
+        drop(inner);
+        posted.map(|()| flight)
     }
 
     /// Posts a send of `data` to rank `peer` under `tag` (< 2^44) without waiting for it: the
@@ -997,7 +1051,7 @@ impl Ucx {
 
     /// Posts all receives, then all sends; stops at the first error (already posted
     /// requests are left in `pending` for the caller to abort).
-    fn post(
+    fn post_ops(
         &self,
         inner: &Inner,
         ops: &mut [Op<'_>],
@@ -1493,6 +1547,89 @@ mod tests {
             UCP_OP_ATTR_FIELD_RECV_INFO | UCP_OP_ATTR_FIELD_MEMORY_TYPE
         );
         assert_eq!(device.memory_type, UCS_MEMORY_TYPE_CUDA as c_int);
+    }
+
+    /// Two flights of one tag from one sender: matched in the order posted, whichever is waited
+    /// for first; a flight dropped unfinished releases its receive (which then takes nothing),
+    /// and the worker stays usable.
+    #[test]
+    fn flights_overlap_and_one_dropped_unfinished_is_released() {
+        let v = mesh(2);
+        let (mut a, mut b) = ([0u8; 5], [0u8; 5]);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for data in [b"first", b"secnd"] {
+                    let send = Op::Send {
+                        peer: 0,
+                        tag: 5,
+                        data,
+                    };
+                    v[1].exchange(&mut [send], "send", soon(), &mut || None)
+                        .expect("send");
+                }
+            });
+            // SAFETY: `a` and `b` are not touched until the flights were waited for.
+            let first = unsafe {
+                v[0].post(
+                    &mut [Op::Recv {
+                        peer: 1,
+                        tag: 5,
+                        data: &mut a,
+                    }],
+                    "f1",
+                )
+            }
+            .expect("post f1");
+            // SAFETY: as above.
+            let second = unsafe {
+                v[0].post(
+                    &mut [Op::Recv {
+                        peer: 1,
+                        tag: 5,
+                        data: &mut b,
+                    }],
+                    "f2",
+                )
+            }
+            .expect("post f2");
+            second.wait("f2", soon(), &mut || None).expect("f2");
+            first.wait("f1", soon(), &mut || None).expect("f1");
+        });
+        assert_eq!((&a, &b), (b"first", b"secnd"));
+        let mut lost = [0u8; 4];
+        // SAFETY: the flight is dropped (its request released) before `lost` is read.
+        let never = unsafe {
+            v[0].post(
+                &mut [Op::Recv {
+                    peer: 1,
+                    tag: 9,
+                    data: &mut lost,
+                }],
+                "never",
+            )
+        }
+        .expect("post");
+        drop(never);
+        let mut got = [0u8; 4];
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let send = Op::Send {
+                    peer: 0,
+                    tag: 9,
+                    data: b"abcd",
+                };
+                v[1].exchange(&mut [send], "after", soon(), &mut || None)
+                    .expect("send after the drop");
+            });
+            let recv = Op::Recv {
+                peer: 1,
+                tag: 9,
+                data: &mut got,
+            };
+            v[0].exchange(&mut [recv], "after", soon(), &mut || None)
+                .expect("recv after the drop");
+        });
+        assert_eq!((&got, &lost), (b"abcd", &[0u8; 4]));
     }
 
     #[test]

@@ -11,14 +11,15 @@
 //!   driver allow it, else UCX's own staging): UCX reads and writes the messages' memory in
 //!   place, every piece posted at once;
 //! - **staged** (a GPU whose UCX was built without CUDA; anywhere with
-//!   [`CommOptions::hosts_staging`]): the pieces go through
-//!   mapped host memory ([`Staging`]) in waves. Wave `w` holds piece `w` of every message that
-//!   has one, in one half of the staging memory: while its pieces cross (one UCX exchange), a
-//!   stream of its own copies wave `w + 1`'s outgoing pieces from the device into the other
-//!   half, and another copies wave `w - 1`'s arrived pieces to the device. So the copies across
-//!   PCIe overlap the network, the memory is bounded by a piece per message and direction, and
-//!   every rank's waves pair up with its peers' (wave `w` of a message is piece `w` on both
-//!   sides).
+//!   [`CommOptions::hosts_staging`]): the pieces go through mapped host memory ([`Staging`]) in
+//!   waves. Wave `w` holds piece `w` of every message that has one, in one half of the staging
+//!   memory (halves alternate). Two waves are in flight at a time: wave `w + 1` is posted as
+//!   soon as its half is ready, before wave `w` completed, so the network does not idle for a
+//!   round trip between waves. Once wave `w` crossed, a stream of its own copies its arrived
+//!   pieces to the device and another copies wave `w + 2`'s outgoing pieces into the half it
+//!   left, while wave `w + 1` crosses. So the copies across PCIe overlap the network, the memory
+//!   is bounded by two pieces per message and direction, and every rank's waves pair up with its
+//!   peers' (wave `w` of a message is piece `w` on both sides).
 //!
 //! [`CommOptions::hosts_staging`]: crate::CommOptions::hosts_staging
 
@@ -239,6 +240,12 @@ impl Phases<'_> {
 
     /// The waves of [`Self::exchange_staged`], with its copy streams and staging memory (up:
     /// outgoing, down: arriving); `at` the messages' slots in a half.
+    ///
+    /// Two waves are in flight at a time: wave `w + 1` is posted as soon as its pieces are in
+    /// their half (its up-copies done, and the arrived pieces of wave `w - 1`, which used the
+    /// same half, copied down), before wave `w` is waited for; so the network does not idle for
+    /// a round trip between waves. Once wave `w` crossed, its arrived pieces are queued for the
+    /// device and wave `w + 2`'s outgoing ones into the half it leaves.
     fn waves(
         &self,
         (up_stream, down_stream): (&Stream, &Stream),
@@ -249,6 +256,7 @@ impl Phases<'_> {
         deadline: Instant,
     ) -> Result<()> {
         let piece = self.hosts.piece();
+        let ucx = &self.hosts.ucx;
         let waves = sends
             .iter()
             .chain(recvs)
@@ -264,7 +272,8 @@ impl Phases<'_> {
                     // SAFETY: the source lies in the message's memory (scratch of this call or
                     // the caller's validated buffer, as for every message); the destination is
                     // the message's slot in this half, sized by `slots`; nothing else uses that
-                    // slot until the wave crossed (the other half holds the wave in flight).
+                    // slot until the wave crossed (the half's previous wave crossed before this
+                    // is queued).
                     unsafe {
                         up_stream.copy_raw(base + at, self.base(m) + m.offset + start, n)?;
                     }
@@ -272,28 +281,16 @@ impl Phases<'_> {
             }
             up_stream.record_event()
         };
-        let mut copied_up = [None, None];
-        let mut copied_down: [Option<Event>; 2] = [None, None];
-        copied_up[0] = Some(up(0)?);
-        for w in 0..waves {
-            if w + 1 < waves {
-                copied_up[((w + 1) % 2) as usize] = Some(up(w + 1)?);
-            }
-            let i = (w % 2) as usize;
-            if let Some(e) = copied_up[i].take() {
-                e.synchronize()?;
-            }
-            // This half's arrived pieces of wave w - 2 are on the device.
-            if let Some(e) = copied_down[i].take() {
-                e.synchronize()?;
-            }
+        // Posts wave `w` (its half filled: waited for by the caller).
+        let post = |w: u64| -> Result<crate::ucx::Flight<'_>> {
             let out_host = half(out, w).host_ptr();
-            let (into_dev, into_host) = (half(into, w).device_ptr(), half(into, w).host_ptr());
+            let into_host = half(into, w).host_ptr();
             let mut ops: Vec<Op<'_>> = Vec::with_capacity(sends.len() + recvs.len());
             for (m, &at) in sends.iter().zip(out_at) {
                 if let Some((_, n)) = in_wave(m, piece, w) {
-                    // SAFETY: the message's slot of this half (in bounds: `slots`), which the
-                    // copy waited for above filled; no copy writes this half during the wave.
+                    // SAFETY: the message's slot of this half (in bounds: `slots`), filled by
+                    // the up-copies the caller waited for; no copy writes this half until the
+                    // wave crossed.
                     let data = unsafe {
                         std::slice::from_raw_parts(out_host.add(at as usize), n as usize)
                     };
@@ -307,7 +304,8 @@ impl Phases<'_> {
             for (m, &at) in recvs.iter().zip(into_at) {
                 if let Some((_, n)) = in_wave(m, piece, w) {
                     // SAFETY: the message's slot of this half: in bounds, no other op's slot,
-                    // and no copy reads this half until the wave crossed (waited for above).
+                    // and no copy reads this half until the wave crossed (its previous wave's
+                    // down-copies were waited for by the caller).
                     let data = unsafe {
                         std::slice::from_raw_parts_mut(into_host.add(at as usize), n as usize)
                     };
@@ -318,8 +316,39 @@ impl Phases<'_> {
                     });
                 }
             }
-            self.cross(&mut ops, deadline)?;
-            drop(ops);
+            // SAFETY: the halves are the rank's staging memory, alive until the communicator
+            // goes; this function's flights are waited for or dropped (aborted) before it
+            // returns, and no copy touches a half while its wave is in flight (above).
+            unsafe { ucx.post(&mut ops, self.what) }
+        };
+        let mut check = || self.comm.check_error().err();
+        // Per half: the last up-copies into it and down-copies out of it.
+        let mut copied_up: [Option<Event>; 2] = [Some(up(0)?), None];
+        let mut copied_down: [Option<Event>; 2] = [None, None];
+        // Makes half `w % 2` ready for wave `w` and posts it.
+        let launch = |w: u64, up: &mut Option<Event>, down: &mut Option<Event>| {
+            for e in [up.take(), down.take()].into_iter().flatten() {
+                e.synchronize()?;
+            }
+            post(w)
+        };
+        let mut flight = Some(launch(0, &mut copied_up[0], &mut copied_down[0])?);
+        if waves > 1 {
+            copied_up[1] = Some(up(1)?);
+        }
+        for w in 0..waves {
+            let next = if w + 1 < waves {
+                let j = ((w + 1) % 2) as usize;
+                Some(launch(w + 1, &mut copied_up[j], &mut copied_down[j])?)
+            } else {
+                None
+            };
+            if let Some(f) = flight.take() {
+                f.wait(self.what, deadline, &mut check)?;
+            }
+            flight = next;
+            let i = (w % 2) as usize;
+            let into_dev = half(into, w).device_ptr();
             for (m, at) in recvs.iter().zip(into_at) {
                 if let Some((start, n)) = in_wave(m, piece, w).filter(|&(_, n)| n > 0) {
                     // SAFETY: as for the outgoing copies, the other way: the piece's place in
@@ -330,6 +359,9 @@ impl Phases<'_> {
                 }
             }
             copied_down[i] = Some(down_stream.record_event()?);
+            if w + 2 < waves {
+                copied_up[i] = Some(up(w + 2)?);
+            }
         }
         Ok(())
     }
