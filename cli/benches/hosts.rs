@@ -3,8 +3,8 @@
 //! UCX over TCP on the link. In the same run:
 //! - `symcomm perf sendrecv` (each rank sends S bytes to the other and receives S: algbw is
 //!   S / time, each direction), also staged through mapped host memory as on a GPU,
-//!   `symcomm perf broadcast` (S one way, like `tag_bw`) and `symcomm perf all_reduce`, device
-//!   buffers on the emulator;
+//!   `symcomm perf broadcast` (S one way, like `tag_bw`; also in place) and `symcomm perf
+//!   all_reduce`, device buffers on the emulator;
 //! - `ucx_perftest` (ucx-utils) between the same namespaces: `tag_lat` for the smallest size
 //!   (one-way latency, half a round trip), `tag_bw` for the others (one direction).
 //!
@@ -70,13 +70,27 @@ fn run(quick: bool) -> Result<(), String> {
             return Err(format!("symcomm perf {coll}: wrong values: {out}"));
         }
         for r in doc["rows"].as_array().into_iter().flatten() {
-            let t = &r["out_of_place"];
-            rows.push((
-                label(coll, staged),
-                r["size"].as_u64().unwrap(),
-                t["time_us"].as_f64().unwrap(),
-                t["algbw"].as_f64().unwrap(),
-            ));
+            // Broadcast also in place: out of place, the root's copy from `send` to `recv` is
+            // emulator work on the two cores the link needs (on a GPU, a copy in HBM).
+            let places: &[&str] = if coll == "broadcast" {
+                &["out_of_place", "in_place"]
+            } else {
+                &["out_of_place"]
+            };
+            for &place in places {
+                let t = &r[place];
+                let name = label(coll, staged);
+                rows.push((
+                    if place == "in_place" {
+                        format!("{name} (in place)")
+                    } else {
+                        name
+                    },
+                    r["size"].as_u64().unwrap(),
+                    t["time_us"].as_f64().unwrap(),
+                    t["algbw"].as_f64().unwrap(),
+                ));
+            }
         }
     }
     println!(
