@@ -18,7 +18,7 @@ use super::CudaDevice;
 use super::device::Context;
 use super::loader::{check, init};
 use super::memory::sync_legacy_stream;
-use super::probe::device_handle;
+use super::probe::{attribute, device_handle};
 use crate::{Error, Result};
 
 /// Driver entry points used here, checked once before the first use (cudarc panics on a
@@ -80,6 +80,15 @@ fn alloc_prop(ctx: &Context) -> dsys::CUmemAllocationProp {
     prop.requestedHandleTypes =
         dsys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     prop.location = location(ctx);
+    // A NIC may then read and write the window itself (GPUDirect RDMA, when UCX moves CUDA
+    // memory between hosts): VMM memory is registrable with `nvidia-peermem` only when
+    // allocated so, on devices that support it (as NCCL does for its cuMem allocations). An
+    // attribute the driver does not know reads as unsupported.
+    let rdma = attribute(
+        ctx.device,
+        dsys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED,
+    );
+    prop.allocFlags.gpuDirectRDMACapable = u8::from(rdma.is_ok_and(|v| v != 0));
     prop
 }
 
