@@ -29,7 +29,7 @@ use std::time::Instant;
 use super::{CALLERS, Hosts, Msg, Phases, lock};
 use crate::backend::{Backend, MappedHost};
 use crate::stream::{Event, Stream};
-use crate::ucx::{DeviceBytes, Op};
+use crate::ucx::{DeviceBytes, Op, Outbox};
 use crate::{Error, Result};
 
 /// Alignment of a message's slot in the staging memory.
@@ -325,10 +325,23 @@ impl Phases<'_> {
         // Per half: the last up-copies into it and down-copies out of it.
         let mut copied_up: [Option<Event>; 2] = [Some(up(0)?), None];
         let mut copied_down: [Option<Event>; 2] = [None, None];
-        // Makes half `w % 2` ready for wave `w` and posts it.
-        let launch = |w: u64, up: &mut Option<Event>, down: &mut Option<Event>| {
+        // Makes half `w % 2` ready for wave `w` and posts it. Its copies are waited for while
+        // UCX progresses the wave in flight (over TCP the bytes move only as UCX is progressed).
+        let mut idle = Outbox::default();
+        let mut launch = |w: u64, up: &mut Option<Event>, down: &mut Option<Event>| {
             for e in [up.take(), down.take()].into_iter().flatten() {
-                e.synchronize()?;
+                while !e.is_complete()? {
+                    if Instant::now() >= deadline {
+                        return Err(Error::HostTimeout {
+                            rank: self.comm.rank,
+                            what: format!("{}: staging copies", self.what),
+                            timeout_ms: self.comm.op_timeout.as_millis() as u64,
+                        });
+                    }
+                    if !ucx.progress(&mut idle, self.what)? {
+                        std::thread::yield_now();
+                    }
+                }
             }
             post(w)
         };
