@@ -566,7 +566,7 @@ impl Flight<'_> {
         check: &mut dyn FnMut() -> Option<Error>,
     ) -> Result<()> {
         let ucx = self.ucx;
-        let mut inner = ucx.lock();
+        let inner = ucx.lock();
         let pending = &mut self.pending;
         let start = Instant::now();
         let mut result = Ok(());
@@ -607,9 +607,9 @@ impl Flight<'_> {
                 std::thread::yield_now();
             }
         }
-        if !pending.is_empty() {
-            ucx.abort(&mut inner, pending);
-        }
+        // What is left after a failure is cancelled and released by the flight's drop, which
+        // takes the lock.
+        drop(inner);
         result
     }
 }
@@ -1077,11 +1077,10 @@ impl Ucx {
             );
             param.recv_info = (&mut info as *mut UcpTagRecvInfo).cast();
             let ucx_tag = (tag << RANK_BITS) | u64::from(peer);
-            // SAFETY: the worker is live (lock held); the op's memory stays borrowed (a
-            // slice) or reserved (`DeviceBytes`' contract; device memory only when
-            // `cuda_memory`, checked by `exchange`) until exchange returns, and the request
-            // is released before that (see `abort`); `info` is only written during this
-            // call (immediate completion).
+            // SAFETY: the worker is live (lock held); the op's memory stays valid until its
+            // flight ends (`post`'s contract; CUDA memory only when `cuda_memory`, checked by
+            // `post`), and the flight's end releases the request (see `abort`); `info` is only
+            // written during this call (immediate completion).
             let req = unsafe {
                 (self.api.tag_recv_nbx)(inner.worker, addr, len, ucx_tag, u64::MAX, &param)
             };
@@ -1115,8 +1114,7 @@ impl Ucx {
                 .get(&peer)
                 .map_or(std::ptr::null_mut(), |p| p.ep);
             // SAFETY: `ep` is a live endpoint (checked before posting); the op's memory stays
-            // borrowed or reserved until exchange returns (as for the receives) and the request
-            // is released before that.
+            // valid until its flight ends, which releases the request (as for the receives).
             let p = unsafe { self.send(ep, peer, tag, data, true) };
             if is_ptr(p.req) {
                 pending.push(p);
