@@ -35,8 +35,12 @@
 // blockDim.x a multiple of 32 with hidden <= 16 * blockDim.x (each thread keeps 16 floats of its
 // row in registers).
 //
-// Launch: block = hidden / 16 threads rounded up to a multiple of 32 (256 for H = 4096, 512 for
-// H = 8192; more is allowed, up to 1024); grid = min(tokens, SYMCOMM_USER_BARRIER_END -
+// Launch: block = hidden / 16 threads rounded up to a multiple of 32 at least (256 for H = 4096,
+// 512 for H = 8192), up to 1024. A thread loads its packs of a row one after the other (one
+// memory round trip per pack: their loads sit behind a branch on the rank count), so one 16-byte
+// pack per thread (hidden / 8 threads for bf16: 1024 for H = 8192) reads a row in one round trip
+// where hidden / 16 takes two, at half the CTAs resident per SM (scripts/gpu-check times both);
+// grid = min(tokens, SYMCOMM_USER_BARRIER_END -
 // first_slot) CTAs or fewer (CTA b handles rows b, b + grid, b + 2 * grid, ...); every rank
 // launches concurrently with the same grid, tokens, hidden and eps (a different grid, token
 // count or row length is a Status::Mismatch; the block size may differ). No dynamic shared
@@ -52,8 +56,9 @@
 //   2. per row: each thread reduces its 16-byte packs of the row over all ranks with
 //      reduce_pack_peers (vector loads from every peer's copy, f32 accumulators), adds the
 //      residual, stores residual_out, and sums y^2; group_reduce(Cta) sums that over the CTA
-//      (warp shuffles + 32 floats of shared memory); every thread scales its registers by the
-//      same rsqrt and gamma and stores `out`.
+//      (warp shuffles + 32 floats of shared memory; for 16-bit types the gamma loads are issued
+//      before it, so that their round trip overlaps it); every thread scales its registers by
+//      the same rsqrt and gamma and stores `out`.
 //   3. barrier(slot) again: CTA b of every peer has read its rows of our `partial` (CTA b of
 //      every rank handles the same rows, hence the same grid everywhere).
 // The unfused pair, for comparison (the GPU check times one against the other) and for callers
@@ -177,16 +182,26 @@ SYMCOMM_DEVICE void residual_rmsnorm(const DevComm& comm, const AllReduceRmsNorm
             // In place (residual_out == residual) is safe: this thread alone reads and writes it.
             store_pack(a.residual_out + e, res_out);
         }
+        // 16-bit types: this thread's gamma packs are loaded before the CTA-wide sum of y^2, so
+        // that their round trip overlaps it (f32's K = 4 packs would take 16 registers across it
+        // and spill under the 64 of a 1024-thread CTA: loaded where used instead).
+        constexpr bool EARLY_GAMMA = P >= 8;
+        Pack16<T> gamma[K];
+        SYMCOMM_UNROLL
+        for (uint32_t k = 0; k < K; ++k) {
+            const uint32_t c = k * blockDim.x + threadIdx.x;
+            if (EARLY_GAMMA && c < packs) gamma[k] = load_pack(a.gamma + uint64_t(c) * P);
+        }
         const float total = group_reduce<RedOp::Sum>(g, sum_sq);
         const float inv_rms = reciprocal_sqrt(total / float(a.hidden) + a.eps);
         SYMCOMM_UNROLL
         for (uint32_t k = 0; k < K; ++k) {
             const uint32_t c = k * blockDim.x + threadIdx.x;
             if (c >= packs) continue;
-            const Pack16<T> gamma = load_pack(a.gamma + uint64_t(c) * P);
+            const Pack16<T> gm = EARLY_GAMMA ? gamma[k] : load_pack(a.gamma + uint64_t(c) * P);
             Pack16<T> o;
             SYMCOMM_UNROLL
-            for (uint32_t j = 0; j < P; ++j) o.e[j] = Traits::from_acc(y[k][j] * inv_rms * Traits::to_acc(gamma.e[j]));
+            for (uint32_t j = 0; j < P; ++j) o.e[j] = Traits::from_acc(y[k][j] * inv_rms * Traits::to_acc(gm.e[j]));
             store_pack(a.out + base + uint64_t(c) * P, o);
         }
     }

@@ -55,7 +55,8 @@
 //!
 //! - `perf_fused_rmsnorm`: the fused all-reduce + residual + RMSNorm kernel against the unfused
 //!   pair (host all-reduce, then `symcomm_residual_rmsnorm_bf16`), bf16, hidden 8192, 1..128
-//!   tokens, 4 ranks as threads through the communicator; both results compared bit for bit.
+//!   tokens, 4 ranks as threads through the communicator, each at 512 threads (two packs per
+//!   thread) and 1024 (one); both results compared bit for bit.
 //!
 //! `--emu` runs the collective checks and a small bandwidth sweep on the CPU emulator instead
 //! (counts up to 4099 and 64-thread blocks; `--emu --full`: the GPU's counts and blocks), which

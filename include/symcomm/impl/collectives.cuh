@@ -383,14 +383,17 @@ SYMCOMM_DEVICE Status all_reduce_two_shot(Cta g, const DevComm& comm, CollScope 
     // Push: the reduced share goes straight into every rank's dst (this rank's first), so the
     // gather needs no barrier of its own and no rank reads another's output. Only this rank reads
     // or writes the elements of its share, each by one thread that loads every rank's src[i]
-    // before it stores any dst[i]: in place is safe without rounds.
+    // before it stores any dst[i]: in place is safe without rounds. `me` is read once: `comm`
+    // lives in local memory (reduce_item takes references), and reading comm.rank per store put
+    // a local load before each of the n - 1 pushes (sm_90 SASS).
+    const uint32_t me = comm.rank;
     run_items<T>(
         g, comm, it, false, part.slot, fp,
         [&](uint64_t i, bool pk) { return reduce_item<T, Op>(src.window, src.offset + i, n, pk); },
         [&](uint64_t i, const Pack16<T>& v, bool pk) {
             store_item(L.out + i, v, pk);  // this rank's dst, or its staged output
             for (uint32_t k = 1; k < n; ++k) {
-                const uint32_t q = comm.rank + k < n ? comm.rank + k : comm.rank + k - n;
+                const uint32_t q = me + k < n ? me + k : me + k - n;
                 store_item(dst.peer_ptr(q, i), v, pk);
             }
         });
