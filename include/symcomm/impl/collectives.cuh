@@ -117,7 +117,7 @@ SYMCOMM_DEVICE PackAccumulator<T, Op> peer_packs(const WindowHandle<T>& src, uin
 }
 
 /// Reduces item `index` (element or pack) of every rank's copy of `src`, peers in rank order.
-/// Takes the window and an absolute index rather than a slice: this is the collectives' only
+/// Takes the window and an absolute index rather than a slice: this is the collectives' per-item
 /// out-of-line call, and a (handle, index) pair keeps its arguments in the registers the callers
 /// already hold (a slice costs two more registers in some sm_80 kernels).
 template <typename T, RedOp Op>
@@ -194,6 +194,76 @@ SYMCOMM_DEVICE void copy_part(Cta g, const T* from, T* to, uint64_t lo, uint64_t
         bool is_pack;
         const uint64_t i = it.first(k, is_pack);
         store_item(to + i, load_item(from + i, is_pack), is_pack);
+    }
+}
+
+/// Items of two-shot's reduce-and-push a thread takes at once with K ranks: K * U peer packs
+/// (128 bytes) in flight per thread, as reduce_item's 8-rank case already holds.
+template <uint32_t K>
+struct PushUnroll {
+    static constexpr uint32_t U = K <= 8 ? 8 / K : 1;
+};
+
+/// Two-shot's reduce-and-push for K ranks: every item of `it` (packs only: elements of this rank's share)
+/// reduced over the ranks' `src` (element index + src_off) and stored into `out` and into every
+/// other rank's `dst` (index + dst_off), rank me + 1 first. Packs go U per thread: their K * U
+/// loads are all issued before the first combine, then folded in rank order (the bits of the
+/// one-at-a-time loop). The ranks' base pointers are computed once, outside the loop.
+template <typename T, RedOp Op, uint32_t K>
+SYMCOMM_DEVICE void push_shares_k(Cta g, const WindowHandle<T>& src, uint64_t src_off, const WindowHandle<T>& dst,
+                                  uint64_t dst_off, T* out, const Items<T>& it, uint32_t me) {
+    constexpr uint32_t P = Pack16<T>::N;
+    constexpr uint32_t U = PushUnroll<K>::U;
+    const T* from[K];
+    T* to[K];
+    SYMCOMM_UNROLL
+    for (uint32_t p = 0; p < K; ++p) {
+        from[p] = src.peer_ptr(p, src_off);
+        to[p] = dst.peer_ptr(p, dst_off);
+    }
+    const uint64_t step = g.size();
+    // Packs: U at a time, a CTA-size stride apart. In a thread's last group, a pack past the end
+    // loads its group's first pack again (it exists; the value is not stored), so that one
+    // unrolled body serves every group.
+    const uint64_t first = it.lo + it.head;
+    for (uint64_t j = g.thread_rank(); j < it.packs; j += U * step) {
+        Pack16<T> v[U][K];
+        SYMCOMM_UNROLL
+        for (uint32_t u = 0; u < U; ++u) {
+            const uint64_t ju = j + u * step < it.packs ? j + u * step : j;
+            SYMCOMM_UNROLL
+            for (uint32_t p = 0; p < K; ++p) v[u][p] = load_pack(from[p] + first + ju * P);
+        }
+        SYMCOMM_UNROLL
+        for (uint32_t u = 0; u < U; ++u) {
+            if (j + u * step >= it.packs) break;
+            const uint64_t i = first + (j + u * step) * P;
+            PackAccumulator<T, Op> acc;
+            acc.first(v[u][0]);
+            SYMCOMM_UNROLL
+            for (uint32_t p = 1; p < K; ++p) acc.add(v[u][p]);
+            const Pack16<T> r = acc.result(K);
+            store_pack(out + i, r);
+            SYMCOMM_UNROLL
+            for (uint32_t d = 1; d < K; ++d) store_pack(to[me + d < K ? me + d : me + d - K] + i, r);
+        }
+    }
+}
+
+/// Two-shot's reduce-and-push (push_shares_k) for 2 and 4 ranks; false for other counts (the
+/// caller then runs the generic loop). Out of line: the loop's pointers and counts stay in
+/// registers (the collective's own values live in its local-memory frame), and only this
+/// function holds the K * U loads' registers.
+template <typename T, RedOp Op>
+SYMCOMM_DEVICE_NOINLINE bool push_shares(Cta g, WindowHandle<T> src, uint64_t src_off, WindowHandle<T> dst,
+                                         uint64_t dst_off, T* out, Items<T> it, uint32_t n, uint32_t me) {
+    // Only whole packs here (aligned buffers: a share's items are all packs but for the last
+    // share's tail); a part with scalar items takes the generic loop.
+    if (it.head + it.tail != 0 || (Op != RedOp::Sum && Op != RedOp::Avg)) return false;
+    switch (n) {
+        case 2: push_shares_k<T, Op, 2>(g, src, src_off, dst, dst_off, out, it, me); return true;
+        case 4: push_shares_k<T, Op, 4>(g, src, src_off, dst, dst_off, out, it, me); return true;
+        default: return false;
     }
 }
 
@@ -387,16 +457,18 @@ SYMCOMM_DEVICE Status all_reduce_two_shot(Cta g, const DevComm& comm, CollScope 
     // lives in local memory (reduce_item takes references), and reading comm.rank per store put
     // a local load before each of the n - 1 pushes (sm_90 SASS).
     const uint32_t me = comm.rank;
-    run_items<T>(
-        g, comm, it, false, part.slot, fp,
-        [&](uint64_t i, bool pk) { return reduce_item<T, Op>(src.window, src.offset + i, n, pk); },
-        [&](uint64_t i, const Pack16<T>& v, bool pk) {
-            store_item(L.out + i, v, pk);  // this rank's dst, or its staged output
-            for (uint32_t k = 1; k < n; ++k) {
-                const uint32_t q = me + k < n ? me + k : me + k - n;
-                store_item(dst.peer_ptr(q, i), v, pk);
-            }
-        });
+    if (!push_shares<T, Op>(g, src.window, src.offset, dst.window, dst.offset, L.out, it, n, me)) {
+        run_items<T>(
+            g, comm, it, false, part.slot, fp,
+            [&](uint64_t i, bool pk) { return reduce_item<T, Op>(src.window, src.offset + i, n, pk); },
+            [&](uint64_t i, const Pack16<T>& v, bool pk) {
+                store_item(L.out + i, v, pk);  // this rank's dst, or its staged output
+                for (uint32_t k = 1; k < n; ++k) {
+                    const uint32_t q = me + k < n ? me + k : me + k - n;
+                    store_item(dst.peer_ptr(q, i), v, pk);
+                }
+            });
+    }
     // Every rank's pushes into this rank's dst, and this rank's into theirs, are complete and
     // visible on return (the barrier releases the CTA's stores and acquires the peers').
     s = barrier(g, comm, part.slot, fp);
