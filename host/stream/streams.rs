@@ -508,6 +508,10 @@ impl Stream {
     where
         F: Fn() -> Result<()> + Send + Sync + 'static,
     {
+        // A host function may wait for peers' work, as a kernel does: it is queued as a launch
+        // is, never while a synchronizing free runs (`crate::sync_free`), whose context sync
+        // would otherwise wait for it while holding off the launches it may wait for.
+        let _launching = crate::sync_free::launching();
         match &self.inner {
             PerBackend::Emu(emu) => self.submit(emu, Arc::new(f), &Vec::new),
             PerBackend::Cuda(_) => Err(Error::InvalidArgument(
@@ -952,6 +956,53 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A free that synchronizes (inline here: every stream idle) holds off launches while it
+    /// runs, and its context sync waits for everything queued on every stream. A host function
+    /// queued meanwhile that waits for a launch (as one waiting for a peer's kernel does) must
+    /// wait for the free instead; queued inside it, the free waited for the function, which
+    /// waited for a launch the free held off: 3 s here (the function's own bound), a hang in
+    /// general (before: `device_across_hosts` saw a call block for its stream's whole hold).
+    #[test]
+    fn host_functions_are_not_queued_inside_a_synchronizing_free() {
+        let _g = serial();
+        let (held, other) = (
+            Stream::new(&Backend::Emu).unwrap(),
+            Stream::new(&Backend::Emu).unwrap(),
+        );
+        let (started, running) = std::sync::mpsc::channel();
+        let freer = std::thread::spawn(move || {
+            crate::sync_free::release(Box::new(move || {
+                started.send(()).unwrap();
+                std::thread::sleep(Duration::from_millis(200));
+                crate::sync_free::emulated_context_sync();
+            }));
+        });
+        running.recv().unwrap();
+        let launched = Arc::new(AtomicU32::new(0));
+        let t = Instant::now();
+        let seen = Arc::clone(&launched);
+        held.enqueue_host(move || {
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while seen.load(Ordering::Acquire) == 0 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Ok(())
+        })
+        .unwrap();
+        let set = Arc::clone(&launched);
+        other
+            .call_host(move || set.store(1, Ordering::Release))
+            .unwrap();
+        let elapsed = t.elapsed();
+        freer.join().unwrap();
+        held.synchronize().unwrap();
+        other.synchronize().unwrap();
+        assert!(
+            elapsed < Duration::from_millis(1500),
+            "queuing a host function and then a launch took {elapsed:?}"
+        );
     }
 
     #[test]
