@@ -1135,16 +1135,27 @@ fn every_collective_through_staging_in_small_chunks() {
         );
         return;
     }
+    run_in_children(
+        "every_collective_through_staging_in_small_chunks",
+        &[
+            (SMALL_STAGING_CHILD, "1"),
+            ("SYMCOMM_STAGING_BYTES", "4096"),
+        ],
+        &["ll", "one_shot", "two_shot"],
+        1,
+    );
+}
+
+/// Runs test `name` of this binary again in a child process per `SYMCOMM_ALGO` value of
+/// `algos` (environment variables are process-wide), with `env` set besides (the test's own
+/// branch for children); prints the children's group lines and requires each child to pass
+/// with `groups` groups, all without a wrong or clobbered element.
+fn run_in_children(name: &str, env: &[(&str, &str)], algos: &[&str], groups: usize) {
     let exe = std::env::current_exe().unwrap();
-    for algo in ["ll", "one_shot", "two_shot"] {
+    for algo in algos {
         let out = std::process::Command::new(&exe)
-            .args([
-                "--exact",
-                "every_collective_through_staging_in_small_chunks",
-                "--nocapture",
-            ])
-            .env(SMALL_STAGING_CHILD, "1")
-            .env("SYMCOMM_STAGING_BYTES", "4096")
+            .args(["--exact", name, "--nocapture"])
+            .envs(env.iter().copied())
             .env("SYMCOMM_ALGO", algo)
             .output()
             .unwrap();
@@ -1154,11 +1165,64 @@ fn every_collective_through_staging_in_small_chunks() {
             println!("SYMCOMM_ALGO={algo}: {line}");
         }
         assert!(out.status.success(), "SYMCOMM_ALGO={algo}: {text}");
-        assert!(
-            text.contains("#wrong 0, #clobbered 0"),
+        assert_eq!(
+            text.matches("#wrong 0, #clobbered 0").count(),
+            groups,
             "SYMCOMM_ALGO={algo}: {text}"
         );
     }
+}
+
+/// Set in the environment of the child processes of `all_reduce_algorithms_at_large_counts`.
+const LARGE_COUNTS_CHILD: &str = "SYMCOMM_TEST_LARGE_COUNTS_CHILD";
+
+/// One-shot and two-shot all-reduces (each forced with `SYMCOMM_ALGO`, in a child process) at
+/// counts where every thread of a CTA reduces many packs, so the loops that take several packs
+/// per thread at once (2 and 4 ranks) run full groups and a short last one: every dtype x op, in
+/// place and not, windows and buffers, aligned and misaligned offsets, counts that end on a
+/// whole pack and counts that do not; 2, 3 and 4 ranks. (The seeded selection's one-shot
+/// counts are small on the emulator: a thread there has one pack.)
+#[test]
+fn all_reduce_algorithms_at_large_counts() {
+    if std::env::var_os(LARGE_COUNTS_CHILD).is_some() {
+        for n in [2u32, 3, 4] {
+            let mut rng = Rng(seed() ^ 0x1A26 ^ u64::from(n));
+            let mut cases = Vec::new();
+            for dt in DTYPES {
+                for op in OPS.iter().map(|o| o.0) {
+                    for (k, place) in [Place::Windows, Place::Buffers, Place::WindowToBuffer]
+                        .into_iter()
+                        .enumerate()
+                    {
+                        let in_place = place != Place::WindowToBuffer && rng.next() % 2 == 0;
+                        let aligned = k != 2 || rng.next() % 2 == 0;
+                        cases.push(Case {
+                            coll: Collective::AllReduce,
+                            dt,
+                            op,
+                            count: 24_000 + rng.pick(&[0, 16, 1, 37]),
+                            in_place,
+                            place,
+                            root: 0,
+                            soff: if aligned { 0 } else { rng.pick(&[1, 3]) },
+                            doff: if aligned { 16 } else { rng.pick(&[0, 3]) },
+                            whole: rng.next() % 2 == 0,
+                            salt: rng.next(),
+                        });
+                    }
+                }
+            }
+            let options = CommOptions::default().with_device_timeout(Duration::from_secs(30));
+            run_group(n, " (large counts)", &cases, &options, false);
+        }
+        return;
+    }
+    run_in_children(
+        "all_reduce_algorithms_at_large_counts",
+        &[(LARGE_COUNTS_CHILD, "1")],
+        &["one_shot", "two_shot"],
+        3,
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -199,30 +199,33 @@ SYMCOMM_DEVICE void copy_part(Cta g, const T* from, T* to, uint64_t lo, uint64_t
 
 /// Items of two-shot's reduce-and-push a thread takes at once with K ranks: K * U peer packs
 /// (128 bytes) in flight per thread, as reduce_item's 8-rank case already holds.
+/// Packs a thread of reduce_packs_k takes at once with K ranks: K * U peer packs (128 bytes) in
+/// flight per thread, as reduce_item's 8-rank case already holds.
 template <uint32_t K>
-struct PushUnroll {
+struct PackUnroll {
     static constexpr uint32_t U = K <= 8 ? 8 / K : 1;
 };
 
-/// Two-shot's reduce-and-push for K ranks: every item of `it` (packs only: elements of this rank's share)
-/// reduced over the ranks' `src` (element index + src_off) and stored into `out` and into every
-/// other rank's `dst` (index + dst_off), rank me + 1 first. Packs go U per thread: their K * U
-/// loads are all issued before the first combine, then folded in rank order (the bits of the
-/// one-at-a-time loop). The ranks' base pointers are computed once, outside the loop.
-template <typename T, RedOp Op, uint32_t K>
-SYMCOMM_DEVICE void push_shares_k(Cta g, const WindowHandle<T>& src, uint64_t src_off, const WindowHandle<T>& dst,
-                                  uint64_t dst_off, T* out, const Items<T>& it, uint32_t me) {
+/// The reduce loop of one-shot (out of place) and two-shot for K ranks: every item of `it` (packs
+/// only) reduced over the ranks' `src` (element index + src_off) and stored into `out`; with
+/// `Push` (two-shot: `it` is this rank's share) also into every other rank's `dst` (index +
+/// dst_off), rank me + 1 first. Packs go U per thread: their K * U loads are all issued before
+/// the first combine, then folded in rank order (the bits of the one-at-a-time loop). The ranks'
+/// base pointers are computed once, outside the loop.
+template <typename T, RedOp Op, uint32_t K, bool Push>
+SYMCOMM_DEVICE void reduce_packs_k(Cta g, const WindowHandle<T>& src, uint64_t src_off, const WindowHandle<T>& dst,
+                                   uint64_t dst_off, T* out, const Items<T>& it, uint32_t me) {
     constexpr uint32_t P = Pack16<T>::N;
-    constexpr uint32_t U = PushUnroll<K>::U;
+    constexpr uint32_t U = PackUnroll<K>::U;
     const T* from[K];
     T* to[K];
     SYMCOMM_UNROLL
     for (uint32_t p = 0; p < K; ++p) {
         from[p] = src.peer_ptr(p, src_off);
-        to[p] = dst.peer_ptr(p, dst_off);
+        to[p] = Push ? dst.peer_ptr(p, dst_off) : nullptr;
     }
     const uint64_t step = g.size();
-    // Packs: U at a time, a CTA-size stride apart. In a thread's last group, a pack past the end
+    // U packs at a time, a CTA-size stride apart. In a thread's last group, a pack past the end
     // loads its group's first pack again (it exists; the value is not stored), so that one
     // unrolled body serves every group.
     const uint64_t first = it.lo + it.head;
@@ -244,25 +247,25 @@ SYMCOMM_DEVICE void push_shares_k(Cta g, const WindowHandle<T>& src, uint64_t sr
             for (uint32_t p = 1; p < K; ++p) acc.add(v[u][p]);
             const Pack16<T> r = acc.result(K);
             store_pack(out + i, r);
+            if (!Push) continue;
             SYMCOMM_UNROLL
             for (uint32_t d = 1; d < K; ++d) store_pack(to[me + d < K ? me + d : me + d - K] + i, r);
         }
     }
 }
 
-/// Two-shot's reduce-and-push (push_shares_k) for 2 and 4 ranks; false for other counts (the
-/// caller then runs the generic loop). Out of line: the loop's pointers and counts stay in
-/// registers (the collective's own values live in its local-memory frame), and only this
-/// function holds the K * U loads' registers.
-template <typename T, RedOp Op>
-SYMCOMM_DEVICE_NOINLINE bool push_shares(Cta g, WindowHandle<T> src, uint64_t src_off, WindowHandle<T> dst,
-                                         uint64_t dst_off, T* out, Items<T> it, uint32_t n, uint32_t me) {
-    // Only whole packs here (aligned buffers: a share's items are all packs but for the last
-    // share's tail); a part with scalar items takes the generic loop.
+/// reduce_packs_k for 2 and 4 ranks, sums and averages (the large calls' operators; the others
+/// keep fp8's compile time), parts of whole packs (aligned buffers: every CTA's part but the last
+/// one's tail); false otherwise, and the caller runs the item loop. Out of line: the loop's
+/// pointers and counts stay in registers (the collective's own values live in its local-memory
+/// frame), and only this function holds the K * U loads' registers.
+template <typename T, RedOp Op, bool Push>
+SYMCOMM_DEVICE_NOINLINE bool reduce_packs(Cta g, WindowHandle<T> src, uint64_t src_off, WindowHandle<T> dst,
+                                          uint64_t dst_off, T* out, Items<T> it, uint32_t n, uint32_t me) {
     if (it.head + it.tail != 0 || (Op != RedOp::Sum && Op != RedOp::Avg)) return false;
     switch (n) {
-        case 2: push_shares_k<T, Op, 2>(g, src, src_off, dst, dst_off, out, it, me); return true;
-        case 4: push_shares_k<T, Op, 4>(g, src, src_off, dst, dst_off, out, it, me); return true;
+        case 2: reduce_packs_k<T, Op, 2, Push>(g, src, src_off, dst, dst_off, out, it, me); return true;
+        case 4: reduce_packs_k<T, Op, 4, Push>(g, src, src_off, dst, dst_off, out, it, me); return true;
         default: return false;
     }
 }
@@ -419,11 +422,16 @@ SYMCOMM_DEVICE Status all_reduce_one_shot(Cta g, const DevComm& comm, CollScope 
     if (s != Status::Ok) return s;
     const bool vec = phase(src.local_ptr(0)) == phase(L.out);
     const Items<T> it(part.lo, part.hi, vec, reinterpret_cast<uint64_t>(src.local_ptr(part.lo)));
-    s = run_items<T>(
-        g, comm, it, in_place, part.slot, fp,
-        [&](uint64_t i, bool pk) { return reduce_item<T, Op>(src.window, src.offset + i, comm.nranks, pk); },
-        [&](uint64_t i, const Pack16<T>& v, bool pk) { store_item(L.out + i, v, pk); });
-    if (s != Status::Ok) return s;
+    // Out of place, several packs per thread where reduce_packs takes the part; in place (rounds
+    // with a barrier between the reads and the writes) and otherwise, one item at a time.
+    if (in_place ||
+        !reduce_packs<T, Op, false>(g, src.window, src.offset, src.window, src.offset, L.out, it, comm.nranks, 0)) {
+        s = run_items<T>(
+            g, comm, it, in_place, part.slot, fp,
+            [&](uint64_t i, bool pk) { return reduce_item<T, Op>(src.window, src.offset + i, comm.nranks, pk); },
+            [&](uint64_t i, const Pack16<T>& v, bool pk) { store_item(L.out + i, v, pk); });
+        if (s != Status::Ok) return s;
+    }
     if (in_place) {
         // The last round's stores, for every thread of the CTA (cta_part's promise).
         g.sync();
@@ -457,7 +465,7 @@ SYMCOMM_DEVICE Status all_reduce_two_shot(Cta g, const DevComm& comm, CollScope 
     // lives in local memory (reduce_item takes references), and reading comm.rank per store put
     // a local load before each of the n - 1 pushes (sm_90 SASS).
     const uint32_t me = comm.rank;
-    if (!push_shares<T, Op>(g, src.window, src.offset, dst.window, dst.offset, L.out, it, n, me)) {
+    if (!reduce_packs<T, Op, true>(g, src.window, src.offset, dst.window, dst.offset, L.out, it, n, me)) {
         run_items<T>(
             g, comm, it, false, part.slot, fp,
             [&](uint64_t i, bool pk) { return reduce_item<T, Op>(src.window, src.offset + i, n, pk); },
